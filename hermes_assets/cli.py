@@ -1,0 +1,172 @@
+"""Command lines: `hermes-batch` (the reference's flags, run through Dagster) and `hermes-foundry`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import dagster as dg
+
+from hermes_core import pipeline
+from hermes_core.config import Endpoint, data_root
+from hermes_core.dataset import DatasetError, load_dataset
+from hermes_core.distributions import DistributionError, format_distributions, load_distributions
+from hermes_core.pipeline import RunPaths
+from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
+from hermes_core.stats import format_summary
+from hermes_assets.instance import get_instance
+from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.run_assets import build_run_assets
+
+ENVIRONMENT_HELP = """
+environment (flags win):
+  HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   the model endpoint (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
+  HERMES_DATA_DIR                                 data root (default ./data); outputs in <root>/<run_name>/
+  DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
+  HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local)
+"""
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def _batch_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hermes-batch",
+        description="Generate tool-calling trajectories for every prompt of a JSONL dataset, as Dagster "
+        "materializations (visible in the Dagster UI). Re-running the same command resumes.",
+        epilog=ENVIRONMENT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset_file", help="JSONL file, one {\"prompt\": ...} object per line")
+    p.add_argument("--run_name", help="names the run: outputs go to <output_dir>/<run_name>/")
+    p.add_argument("--model", help="model name sent to the endpoint (default $HERMES_MODEL or hermes-sim)")
+    p.add_argument("--base_url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api_key", help="API key for the endpoint (default $HERMES_API_KEY)")
+    p.add_argument("--batch_size", type=int, default=10, help="samples per batch partition (default 10)")
+    p.add_argument("--num_workers", type=int, default=4, help="concurrent agent sessions (default 4)")
+    p.add_argument("--distribution", default="default", help="toolset distribution (see --list_distributions)")
+    p.add_argument("--distributions_file", help="YAML file with extra distributions")
+    p.add_argument("--list_distributions", action="store_true", help="print the distributions and exit")
+    p.add_argument("--max_turns", type=int, default=10, help="model calls per sample before the summary call")
+    p.add_argument("--seed", type=int, default=0, help="run seed for the toolset draws (default 0)")
+    p.add_argument("--ephemeral_system_prompt", help="system prompt sent to the model but never saved")
+    p.add_argument("--reasoning_effort", help="reasoning effort passed to the model (e.g. low, medium, high)")
+    p.add_argument("--reasoning_disabled", action="store_true",
+                   help="do not request reasoning and keep trajectories without it (no-reasoning filter off)")
+    p.add_argument("--max_tokens", type=int, help="max_tokens per model call")
+    p.add_argument("--temperature", type=float, help="sampling temperature")
+    p.add_argument("--max_samples", type=int, help="keep only the first N valid rows")
+    p.add_argument("--max_attempts", type=int, default=3, help="tries before a failing sample is terminal")
+    p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
+                   help="skip invalid dataset lines (reported) instead of refusing the dataset")
+    p.add_argument("--stream", action="store_true", help="use streaming responses from the endpoint")
+    p.add_argument("--output_dir", help="data root (default $HERMES_DATA_DIR or ./data)")
+    p.add_argument("--force-new-fingerprint", "--force_new_fingerprint", dest="force_new_fingerprint",
+                   action="store_true", help="accept a changed recipe under an existing run name")
+    p.add_argument("--resume", action="store_true", help="accepted for compatibility: every run resumes")
+    return p
+
+
+def _materialize(assets: list, selection: list[dg.AssetKey], resources: dict, **options) -> dg.ExecuteInProcessResult:
+    return dg.materialize(assets, selection=selection, instance=get_instance(), resources=resources,
+                          raise_on_error=False, **options)
+
+
+def _first_error(result: dg.ExecuteInProcessResult) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            error = event.step_failure_data.error
+            while error.cause and error.message.startswith("dagster."):
+                error = error.cause
+            return error.message.strip()
+    return "the Dagster run failed"
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    root = data_root(args.output_dir)
+    endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
+    recipe = Recipe(
+        run_name=args.run_name, dataset_file=str(Path(args.dataset_file).resolve()), model=endpoint.model,
+        base_url=endpoint.base_url, distribution=args.distribution,
+        distributions_file=str(Path(args.distributions_file).resolve()) if args.distributions_file else None,
+        seed=args.seed, max_turns=args.max_turns, ephemeral_system_prompt=args.ephemeral_system_prompt,
+        reasoning_effort=args.reasoning_effort, reasoning_disabled=args.reasoning_disabled,
+        max_tokens=args.max_tokens, temperature=args.temperature, batch_size=args.batch_size,
+        num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
+        max_attempts=args.max_attempts, stream=args.stream,
+    )
+    # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
+    dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
+                           max_samples=recipe.max_samples)
+    if dataset.invalid:
+        lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
+        print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
+    save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
+    paths = RunPaths(run_dir(root, recipe.run_name))
+    assets = build_run_assets(recipe, root)
+    keys = {a.key.path[-1]: a.key for a in assets}
+    resources = {"model_endpoint": ModelEndpointResource(base_url=endpoint.base_url, api_key=endpoint.api_key)}
+
+    planned = _materialize(assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=QUIET_LOGS)
+    if not planned.success:
+        raise RecipeError(_first_error(planned))
+    pending = pipeline.pending_partitions(recipe, paths)
+    raw_ok = True
+    if pending:
+        raw = _materialize(
+            assets, [keys["raw_trajectories"]], resources,
+            run_config={**QUIET_LOGS, "ops": {f"{recipe.run_name}__raw_trajectories": {"config": {"show_progress": True}}}},
+            tags={"dagster/asset_partition_range_start": pending[0], "dagster/asset_partition_range_end": pending[-1]},
+        )
+        raw_ok = raw.success
+        if not raw_ok:
+            print(f"\n{_first_error(raw)}", file=sys.stderr)
+    else:
+        print("nothing to run: every sample already has a final record", file=sys.stderr)
+    final = _materialize(assets, [keys["filtered_trajectories"], keys["statistics"]], resources, run_config=QUIET_LOGS)
+    if not final.success:
+        raise RecipeError(_first_error(final))
+    stats = pipeline.read_statistics(paths)
+    outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
+               "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}
+    print(format_summary(stats, outputs, simulated=pipeline.served_by_simulator(paths)))
+    return 0 if raw_ok else 1
+
+
+def batch_main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    parser = _batch_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.list_distributions:
+            print(format_distributions(load_distributions(args.distributions_file)))
+            return 0
+        missing = [flag for flag in ("dataset_file", "run_name") if not getattr(args, flag)]
+        if missing:
+            parser.error("missing " + ", ".join(f"--{flag}" for flag in missing))
+        return run_batch(args)
+    except (DatasetError, RecipeError, DistributionError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished samples are saved; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def foundry_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hermes-foundry", description="Hermes Foundry utilities.",
+                                     epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    sim = commands.add_parser("sim-model", help="serve the SIMULATED OpenAI-compatible model (tests, demo)")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    sim.add_argument("--latency", type=float, default=0.0, help="seconds of delay per request")
+    sim.add_argument("--port-file", "--port_file", dest="port_file", help="write the bound port here")
+    args = parser.parse_args(argv)
+    if args.command == "sim-model":
+        from hermes_core.simulated.server import serve
+
+        serve(args.host, args.port, args.latency, port_file=args.port_file)
+    return 0

@@ -1,0 +1,129 @@
+"""One asset group per run: prompts → toolset_assignments → raw_trajectories (batch partitions)
+→ filtered_trajectories → statistics. Assets are thin: they call `hermes_core.pipeline`."""
+
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+
+from hermes_core import pipeline
+from hermes_core.pipeline import RunPaths
+from hermes_core.progress import Progress
+from hermes_core.recipe import Recipe, run_dir
+from hermes_assets.resources import ModelEndpointResource
+
+MODEL_POOL = "hermes_model_endpoint"
+
+
+class RawTrajectoriesConfig(dg.Config):
+    show_progress: bool = False  # the CLI turns this on to draw its progress bar
+
+
+def batches_partitions(run_name: str) -> dg.DynamicPartitionsDefinition:
+    return dg.DynamicPartitionsDefinition(name=f"{run_name}__batches")
+
+
+def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
+    run = recipe.run_name
+    paths = RunPaths(run_dir(data_root, run))
+    partitions = batches_partitions(run)
+    common = {"key_prefix": [run], "group_name": run}
+
+    @dg.asset(**common, description="The dataset, validated and keyed by content (SPEC §1–2).")
+    def prompts() -> dg.MaterializeResult:
+        dataset = pipeline.load_prompts(recipe, paths)
+        preview = "\n".join(
+            f"| {s.prompt_index} | `{s.sample_key[:12]}` | {s.prompt[:80].replace('|', '/').replace(chr(10), ' ')} |"
+            for s in dataset.samples[:10]
+        )
+        return dg.MaterializeResult(metadata={
+            "rows": len(dataset.samples),
+            "invalid_lines": len(dataset.invalid),
+            "duplicates": dataset.duplicates,
+            "dataset_sha256": dataset.sha256,
+            "dataset_file": dg.MetadataValue.path(str(dataset.path)),
+            "preview": dg.MetadataValue.md("| index | key | prompt |\n|---|---|---|\n" + preview),
+        })
+
+    @dg.asset(**common, deps=[prompts], description="Toolsets drawn per sample (seeded); batches planned.")
+    def toolset_assignments(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        assignments, new_batches = pipeline.assign_toolsets(recipe, paths)
+        if new_batches:
+            context.instance.add_dynamic_partitions(partitions.name, [batch.key for batch in new_batches])
+        frequency = Counter(t for a in assignments for t in a["toolsets"])
+        sizes = Counter(len(a["toolsets"]) for a in assignments)
+        return dg.MaterializeResult(metadata={
+            "samples": len(assignments),
+            "new_batches": len(new_batches),
+            "toolset_frequency": dg.MetadataValue.json(dict(frequency.most_common())),
+            "toolset_set_sizes": dg.MetadataValue.json({str(k): v for k, v in sorted(sizes.items())}),
+        })
+
+    @dg.asset(
+        **common,
+        deps=[toolset_assignments],
+        partitions_def=partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        pool=MODEL_POOL,
+        output_required=False,
+        description="Agent trajectories per batch; each finished sample is recorded in the ledger at once.",
+    )
+    def raw_trajectories(
+        context: dg.AssetExecutionContext, config: RawTrajectoriesConfig, model_endpoint: ModelEndpointResource
+    ):
+        keys = list(context.partition_keys)
+        endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
+        progress = Progress(total=None) if config.show_progress else None
+        outcomes = pipeline.run_partitions(
+            recipe, paths, endpoint, keys, context.run_id,
+            on_start=progress.start if progress else None,
+            on_record=progress.update if progress else None,
+        )
+        if progress:
+            progress.finish()
+        for key, outcome in outcomes.items():
+            if outcome.failed_retryable:
+                continue  # stays failed/missing in the UI: materializing it again is the resume
+            yield dg.AssetMaterialization(
+                asset_key=context.asset_key, partition=key, metadata={
+                    "samples_run": outcome.run, "samples_skipped": outcome.skipped, "kept": outcome.kept,
+                    "discarded": outcome.discarded, "failed_terminal": outcome.failed_terminal,
+                    "api_calls": outcome.api_calls, "total_tokens": outcome.total_tokens,
+                    "wall_seconds": round(outcome.wall_seconds, 3),
+                },
+            )
+        failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
+        if failed:
+            raise dg.Failure(
+                description=f"{sum(failed.values())} sample(s) failed with retryable errors in {len(failed)} "
+                "batch(es); their successes are saved. Materialize the failed partitions again to resume.",
+                metadata={"failed_batches": dg.MetadataValue.json(failed)},
+            )
+
+    @dg.asset(**common, deps=[raw_trajectories], description="Kept trajectories merged in prompt order.")
+    def filtered_trajectories() -> dg.MaterializeResult:
+        counts = pipeline.write_trajectories(paths)
+        return dg.MaterializeResult(metadata={
+            "kept_rows": counts["kept"], "samples_done": counts["done"],
+            "path": dg.MetadataValue.path(str(paths.trajectories)),
+        })
+
+    @dg.asset(**common, deps=[filtered_trajectories], description="Whole-run statistics (SPEC §9).")
+    def statistics() -> dg.MaterializeResult:
+        stats = pipeline.write_statistics(recipe, paths)
+        tools = sorted(stats["tool_statistics"].items(), key=lambda item: -item[1]["count"])
+        table = "\n".join(
+            f"| {name} | {s['count']} | {s['success']} | {s['failure']} | {s['success_rate']}% |"
+            for name, s in tools if s["count"]
+        )
+        return dg.MaterializeResult(metadata={
+            **{f"count_{k}": v for k, v in stats["counts"].items()},
+            "api_calls": stats["api_calls"],
+            "total_tokens": stats["usage"]["total_tokens"],
+            "reasoning_coverage_pct": stats["reasoning_statistics"]["coverage_pct"],
+            "tools": dg.MetadataValue.md("| tool | count | success | failure | success rate |\n|---|---|---|---|---|\n"
+                                         + table),
+            "path": dg.MetadataValue.path(str(paths.statistics)),
+        })
+
+    return [prompts, toolset_assignments, raw_trajectories, filtered_trajectories, statistics]

@@ -1,0 +1,96 @@
+"""The per-sample ledger and the batch plan: what makes resume exact.
+
+- Batch plan (`batches.json`): partition key → member sample keys. A sample keeps its batch for
+  the life of the run; samples without a batch (new rows) are grouped into new batches whose key is
+  derived from their members' keys, never from line positions.
+- Ledger (`raw/<partition_key>.jsonl`): one record appended (fsync) the moment a sample finishes,
+  so a crash loses at most the samples in flight. The latest record of a sample is its state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from hermes_core.fileio import append_jsonl_durable, atomic_write_json, read_jsonl
+from hermes_core.filters import Disposition
+
+
+@dataclass(frozen=True)
+class Batch:
+    key: str
+    number: int
+    members: tuple[str, ...]
+
+
+def batch_key(number: int, members: Iterable[str]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:10]
+    return f"b{number:05d}-{digest}"
+
+
+class BatchPlan:
+    def __init__(self, path: Path):
+        self.path = path
+        data = json.loads(path.read_text()) if path.is_file() else {"batches": []}
+        self.batches = [Batch(b["key"], b["number"], tuple(b["members"])) for b in data["batches"]]
+
+    def batch_of(self) -> dict[str, Batch]:
+        return {member: batch for batch in self.batches for member in batch.members}
+
+    def assign(self, sample_keys: list[str], batch_size: int) -> list[Batch]:
+        """Put samples that have no batch yet into new batches (in the given order); save."""
+        assigned = self.batch_of()
+        fresh = [key for key in sample_keys if key not in assigned]
+        created = []
+        for start in range(0, len(fresh), batch_size):
+            members = tuple(fresh[start : start + batch_size])
+            number = len(self.batches) + 1
+            created.append(Batch(batch_key(number, members), number, members))
+            self.batches.append(created[-1])
+        if created or not self.path.is_file():
+            atomic_write_json(
+                self.path, {"batches": [{"key": b.key, "number": b.number, "members": list(b.members)} for b in self.batches]}
+            )
+        return created
+
+    def get(self, key: str) -> Batch:
+        for batch in self.batches:
+            if batch.key == key:
+                return batch
+        raise KeyError(f"no batch {key!r} in {self.path}")
+
+
+class Ledger:
+    """Records of one run's samples, across all partitions and all past invocations."""
+
+    def __init__(self, raw_dir: Path):
+        self.raw_dir = raw_dir
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.failures: dict[str, int] = {}
+        # Spend counts every attempt ever made, superseded or not: it is what was paid for.
+        self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        for path in sorted(raw_dir.glob("*.jsonl")) if raw_dir.is_dir() else []:
+            for record in read_jsonl(path):
+                self._note(record)
+
+    def _note(self, record: dict[str, Any]) -> None:
+        self.latest[record["sample_key"]] = record
+        self.spent["api_calls"] += record.get("api_calls", 0)
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            self.spent[key] += (record.get("usage") or {}).get(key, 0)
+        if record["disposition"] in (Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
+            self.failures[record["sample_key"]] = self.failures.get(record["sample_key"], 0) + 1
+
+    def is_done(self, sample_key: str) -> bool:
+        record = self.latest.get(sample_key)
+        return record is not None and record["disposition"] in Disposition.FINAL
+
+    def attempts(self, sample_key: str) -> int:
+        return self.failures.get(sample_key, 0)
+
+    def append(self, partition_key: str, record: dict[str, Any]) -> None:
+        append_jsonl_durable(self.raw_dir / f"{partition_key}.jsonl", record)
+        self._note(record)

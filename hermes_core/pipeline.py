@@ -1,0 +1,198 @@
+"""The steps of a batch run, as plain functions over a run folder (the Dagster assets call these).
+
+Run folder `data/<run_name>/`: recipe.json, prompts.jsonl (validated, keyed samples),
+assignments.jsonl (toolsets per sample), batches.json (plan), raw/<partition>.jsonl (ledger),
+invocations.jsonl (wall time of each raw phase), trajectories.jsonl, statistics.json, checkpoint.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hermes_core.config import Endpoint
+from hermes_core.dataset import Dataset, Sample, load_dataset
+from hermes_core.distributions import sample_toolsets
+from hermes_core.fileio import append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hermes_core.filters import Disposition
+from hermes_core.ledger import Batch, BatchPlan, Ledger
+from hermes_core.recipe import Recipe
+from hermes_core.records import RunContext, SampleJob
+from hermes_core.runner import run_jobs
+from hermes_core.simulated import MODEL_ID
+from hermes_core.stats import compute_statistics
+
+
+class RunPaths:
+    """Where each file of one run lives."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.recipe = root / "recipe.json"
+        self.dataset = root / "dataset.json"
+        self.prompts = root / "prompts.jsonl"
+        self.assignments = root / "assignments.jsonl"
+        self.batches = root / "batches.json"
+        self.raw = root / "raw"
+        self.invocations = root / "invocations.jsonl"
+        self.trajectories = root / "trajectories.jsonl"
+        self.statistics = root / "statistics.json"
+        self.checkpoint = root / "checkpoint.json"
+
+
+def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
+    """Validate and key the dataset; save the sample table for the downstream steps."""
+    dataset = load_dataset(
+        recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
+    )
+    atomic_write_jsonl(paths.prompts, (dataclasses.asdict(sample) for sample in dataset.samples))
+    atomic_write_json(paths.dataset, {
+        "path": str(dataset.path), "sha256": dataset.sha256, "rows": len(dataset.samples),
+        "invalid_lines": [dataclasses.asdict(bad) for bad in dataset.invalid], "duplicates": dataset.duplicates,
+    })
+    return dataset
+
+
+def read_samples(paths: RunPaths) -> list[Sample]:
+    return [Sample(**row) for row in read_jsonl(paths.prompts)]
+
+
+def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any]], list[Batch]]:
+    """Draw each sample's toolsets (seeded by run seed + sample key), then batch the samples that
+    are neither done nor already in a batch. Returns the assignments and the new batches."""
+    distribution = recipe.load_distribution()
+    assignments = []
+    for sample in read_samples(paths):
+        toolsets, seed = sample_toolsets(distribution, recipe.seed, sample.sample_key)
+        assignments.append({"sample_key": sample.sample_key, "prompt_index": sample.prompt_index,
+                            "toolsets": toolsets, "toolset_seed": seed})
+    atomic_write_jsonl(paths.assignments, assignments)
+    ledger = Ledger(paths.raw)
+    pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]
+    return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
+
+
+def pending_partitions(recipe: Recipe, paths: RunPaths) -> list[str]:
+    """Batches that still have samples of the current dataset without a final record."""
+    ledger = Ledger(paths.raw)
+    current = {a["sample_key"] for a in read_jsonl(paths.assignments)}
+    return [
+        batch.key for batch in BatchPlan(paths.batches).batches
+        if any(key in current and not ledger.is_done(key) for key in batch.members)
+    ]
+
+
+@dataclass
+class BatchOutcome:
+    partition_key: str
+    run: int = 0
+    skipped: int = 0
+    kept: int = 0
+    discarded: int = 0
+    failed_retryable: int = 0
+    failed_terminal: int = 0
+    api_calls: int = 0
+    total_tokens: int = 0
+    wall_seconds: float = 0.0  # from the start of the invocation to this batch's last record
+
+
+def run_partitions(
+    recipe: Recipe,
+    paths: RunPaths,
+    endpoint: Endpoint,
+    partition_keys: list[str],
+    dagster_run_id: str | None,
+    on_start: Callable[[int], None] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, BatchOutcome]:
+    """Run every sample of the given batches that has no final record yet, in one worker pool."""
+    started = time.time()
+    plan, ledger = BatchPlan(paths.batches), Ledger(paths.raw)
+    samples = {s.sample_key: s for s in read_samples(paths)}
+    drawn = {a["sample_key"]: a for a in read_jsonl(paths.assignments)}
+    outcomes = {key: BatchOutcome(key) for key in partition_keys}
+    jobs = []
+    for key in partition_keys:
+        batch = plan.get(key)
+        for member in batch.members:
+            if member not in samples:
+                continue  # removed from the dataset since it was batched
+            if ledger.is_done(member):
+                outcomes[key].skipped += 1
+                continue
+            draw = drawn[member]
+            jobs.append(SampleJob(samples[member], draw["toolsets"], draw["toolset_seed"], key, batch.number,
+                                  ledger.attempts(member) + 1))
+    ctx = RunContext(recipe.run_name, recipe.model, recipe.distribution, dagster_run_id, recipe.filters,
+                     recipe.max_attempts)
+
+    def record(result: dict[str, Any]) -> None:
+        ledger.append(result["partition_key"], result)
+        outcome = outcomes[result["partition_key"]]
+        outcome.run += 1
+        outcome.wall_seconds = time.time() - started
+        outcome.api_calls += result["api_calls"]
+        outcome.total_tokens += result["usage"]["total_tokens"]
+        disposition = result["disposition"]
+        if disposition in (Disposition.KEPT, Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
+            setattr(outcome, disposition, getattr(outcome, disposition) + 1)
+        else:
+            outcome.discarded += 1
+        if on_record:
+            on_record(result)
+
+    if on_start:
+        on_start(len(jobs))
+    run_jobs(jobs, recipe, endpoint, ctx, record)
+    append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
+                                              "dagster_run_id": dagster_run_id})
+    return outcomes
+
+
+def write_trajectories(paths: RunPaths) -> dict[str, int]:
+    """Merge kept rows of the current dataset in prompt order, one per sample key; write the
+    final file and the checkpoint atomically."""
+    ledger = Ledger(paths.raw)
+    rows, done = [], []
+    for sample in read_samples(paths):
+        record = ledger.latest.get(sample.sample_key)
+        if record is None or not ledger.is_done(sample.sample_key):
+            continue
+        done.append(sample.prompt_index)
+        if record["disposition"] == Disposition.KEPT:
+            rows.append({**record["row"], "prompt_index": sample.prompt_index})
+    atomic_write_jsonl(paths.trajectories, rows)
+    atomic_write_json(paths.checkpoint, {
+        "run_name": paths.root.name,
+        "completed_prompts": sorted(done),
+        "batch_stats": {path.stem: sum(1 for _ in read_jsonl(path)) for path in sorted(paths.raw.glob("*.jsonl"))},
+        "last_updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    return {"kept": len(rows), "done": len(done)}
+
+
+def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
+    dataset_info = json.loads(paths.dataset.read_text())
+    toolsets = {a["sample_key"]: a["toolsets"] for a in read_jsonl(paths.assignments)}
+    invocations = list(read_jsonl(paths.invocations)) if paths.invocations.is_file() else []
+    stats = compute_statistics(
+        recipe, toolsets, Ledger(paths.raw),
+        invalid_input_lines=len(dataset_info["invalid_lines"]),
+        total_batches=len(BatchPlan(paths.batches).batches),
+        duration_seconds=sum(i["finished"] - i["started"] for i in invocations),
+    )
+    atomic_write_json(paths.statistics, stats)
+    return stats
+
+
+def read_statistics(paths: RunPaths) -> dict[str, Any]:
+    return json.loads(paths.statistics.read_text())
+
+
+def served_by_simulator(paths: RunPaths) -> bool:
+    """Whether any sample of the run was answered by the simulated endpoint (labelled as such)."""
+    return any(MODEL_ID in (record.get("served_model") or "") for record in Ledger(paths.raw).latest.values())

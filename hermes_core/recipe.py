@@ -1,0 +1,127 @@
+"""A run's recipe: one dataset + the settings that decide what its samples mean (SPEC §2, §5).
+
+The recipe is saved as `data/<run_name>/recipe.json` (never with the API key) so the Dagster code
+location can rebuild the run's asset group, and so a resume can refuse a changed recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes_core.distributions import Distribution, load_distributions
+from hermes_core.fileio import atomic_write_json
+from hermes_core.filters import FilterSettings
+
+RUN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+# Settings that change what a sample means; changing one under the same run name is refused.
+FINGERPRINT_FIELDS = (
+    "model", "distribution", "seed", "max_turns", "ephemeral_system_prompt",
+    "reasoning_effort", "reasoning_disabled", "max_tokens", "temperature",
+)
+
+
+class RecipeError(ValueError):
+    """The recipe is invalid or conflicts with the run's saved one."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    run_name: str
+    dataset_file: str
+    model: str
+    base_url: str | None = None
+    distribution: str = "default"
+    distributions_file: str | None = None
+    seed: int = 0
+    max_turns: int = 10
+    ephemeral_system_prompt: str | None = None
+    reasoning_effort: str | None = None
+    reasoning_disabled: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    batch_size: int = 10
+    num_workers: int = 4
+    max_samples: int | None = None
+    skip_invalid: bool = False
+    max_attempts: int = 3
+    stream: bool = False
+    sandbox_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if not RUN_NAME.match(self.run_name):
+            raise RecipeError(
+                f"run_name {self.run_name!r}: use a letter then letters, digits or '_' (it names a Dagster asset group)"
+            )
+        for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
+            if getattr(self, name) < 1:
+                raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        self.load_distribution()
+
+    def load_distribution(self) -> Distribution:
+        distributions = load_distributions(self.distributions_file)
+        if self.distribution not in distributions:
+            raise RecipeError(
+                f"unknown distribution {self.distribution!r}; known: {', '.join(sorted(distributions))}"
+            )
+        return distributions[self.distribution]
+
+    @property
+    def filters(self) -> FilterSettings:
+        return FilterSettings(require_reasoning=not self.reasoning_disabled)
+
+    def fingerprint(self) -> str:
+        settings: dict[str, Any] = {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
+        settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
+        canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "fingerprint": self.fingerprint()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Recipe":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def run_dir(root: Path, run_name: str) -> Path:
+    return root / run_name
+
+
+def load_recipe(root: Path, run_name: str) -> Recipe:
+    path = run_dir(root, run_name) / "recipe.json"
+    if not path.is_file():
+        raise RecipeError(f"{path}: no such run (start it with hermes-batch)")
+    return Recipe.from_json(json.loads(path.read_text()))
+
+
+def save_recipe(root: Path, recipe: Recipe, *, force_new_fingerprint: bool = False) -> Path:
+    """Save the recipe; refuse a changed fingerprint under an existing run name unless forced."""
+    path = run_dir(root, recipe.run_name) / "recipe.json"
+    if path.is_file() and not force_new_fingerprint:
+        old = json.loads(path.read_text())
+        if old.get("fingerprint") != recipe.fingerprint():
+            changed = [n for n in FINGERPRINT_FIELDS if old.get(n) != getattr(recipe, n)]
+            raise RecipeError(
+                f"run {recipe.run_name!r} was started with a different recipe (changed: "
+                f"{', '.join(changed) or 'distribution probabilities'}); use a new --run_name, "
+                "or --force-new-fingerprint to start its samples over under the new recipe"
+            )
+    return atomic_write_json(path, recipe.to_json())
+
+
+def list_recipes(root: Path) -> list[Recipe]:
+    """Every run under the data root that has a readable recipe (for the Dagster code location)."""
+    recipes = []
+    for path in sorted(root.glob("*/recipe.json")) if root.is_dir() else []:
+        try:
+            recipes.append(Recipe.from_json(json.loads(path.read_text())))
+        except (ValueError, TypeError, RecipeError):
+            continue  # a broken recipe must not take the whole code location down
+    return recipes

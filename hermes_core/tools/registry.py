@@ -1,0 +1,199 @@
+"""Tools are typed Python functions with docstrings; their JSON schema is derived from both.
+
+A tool function takes a `ToolContext` as its first parameter (the session: sandbox and per-session
+state) and then its model-facing arguments. It returns a dict (sent to the model as JSON) or a
+string. Raising `ToolError` (or any exception) becomes `{"error": "..."}` for the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from hermes_core.sandbox.base import Sandbox
+
+
+class ToolError(Exception):
+    """An expected tool failure; its message is what the model reads."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool sees of its session."""
+
+    sandbox: Sandbox
+    task_id: str
+    state: dict[str, Any] = field(default_factory=dict)  # per-tool session state (memory, todo...)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    toolset: str
+    function: Callable[..., Any]
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool = False
+    # Returns why the tool cannot run here (backend not configured), or None when it can.
+    unavailable_reason: Callable[[], str | None] = lambda: None
+
+    def definition(self) -> dict[str, Any]:
+        """`{name, description, parameters}`, as written into the Hermes system prompt."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": self.definition()}
+
+
+def _json_type(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        non_null = [a for a in args if a is not type(None)]
+        return _json_type(non_null[0]) if len(non_null) == 1 else {}
+    if origin is Literal:
+        return {"type": "string", "enum": list(args)}
+    if origin in (list, tuple, set):
+        return {"type": "array", "items": _json_type(args[0]) if args else {}}
+    if origin is dict or annotation is dict:
+        return {"type": "object"}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array"}
+    return {"type": simple[annotation]} if annotation in simple else {}
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Summary (text before `Args:`) and per-argument descriptions from a Google-style docstring."""
+    summary_lines: list[str] = []
+    arg_docs: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for raw in inspect.cleandoc(doc or "").splitlines():
+        line = raw.strip()
+        if line in ("Args:", "Arguments:"):
+            in_args = True
+            continue
+        if not in_args:
+            summary_lines.append(line)
+        elif ":" in line and not raw.startswith("        ") and line.split(":", 1)[0].isidentifier():
+            current, text = (part.strip() for part in line.split(":", 1))
+            arg_docs[current] = text
+        elif current and line:
+            arg_docs[current] += " " + line
+    return " ".join(line for line in summary_lines if line).strip(), arg_docs
+
+
+def derive_parameters(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+    """The tool description and JSON schema of `function`'s parameters after the context."""
+    description, arg_docs = _parse_docstring(function.__doc__ or "")
+    hints = typing.get_type_hints(function)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in list(inspect.signature(function).parameters.values())[1:]:
+        schema = _json_type(hints.get(param.name, str))
+        if param.name in arg_docs:
+            schema["description"] = arg_docs[param.name]
+        properties[param.name] = schema
+        if param.default is inspect.Parameter.empty:
+            required.append(param.name)
+    return description, {"type": "object", "properties": properties, "required": required}
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._toolsets: dict[str, list[str]] = {}
+
+    def register(
+        self,
+        function: Callable[..., Any],
+        toolset: str,
+        *,
+        name: str | None = None,
+        read_only: bool = False,
+        unavailable_reason: Callable[[], str | None] | None = None,
+    ) -> Tool:
+        description, parameters = derive_parameters(function)
+        if not description:
+            raise ValueError(f"tool {function.__name__!r} needs a docstring (it is the model's description)")
+        tool = Tool(
+            name=name or function.__name__,
+            toolset=toolset,
+            function=function,
+            description=description,
+            parameters=parameters,
+            read_only=read_only,
+            unavailable_reason=unavailable_reason or (lambda: None),
+        )
+        if tool.name in self._tools and self._tools[tool.name].function is not function:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        names = self._toolsets.setdefault(toolset, [])
+        if tool.name not in names:
+            names.append(tool.name)
+        return tool
+
+    def tool(self, toolset: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of `register`."""
+
+        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.register(function, toolset, **options)
+            return function
+
+        return decorate
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def toolsets(self) -> dict[str, list[str]]:
+        return {name: list(tools) for name, tools in self._toolsets.items()}
+
+    @property
+    def universe(self) -> list[str]:
+        """Every registered tool name, in registration order (the stable tool_stats schema)."""
+        return list(self._tools)
+
+    def tools_of(self, toolsets: list[str]) -> list[Tool]:
+        return [self._tools[name] for toolset in toolsets for name in self._toolsets.get(toolset, [])]
+
+    def available(self, toolsets: list[str]) -> list[Tool]:
+        return [tool for tool in self.tools_of(toolsets) if tool.unavailable_reason() is None]
+
+    def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Run a tool; always returns the text the model reads (errors as `{"error": ...}`)."""
+        tool = self._tools[name]
+        props = tool.parameters["properties"]
+        unknown = sorted(set(arguments) - set(props))
+        missing = [p for p in tool.parameters["required"] if p not in arguments]
+        if unknown or missing:
+            problems = ([f"unknown argument(s) {unknown}"] if unknown else []) + (
+                [f"missing required argument(s) {missing}"] if missing else []
+            )
+            return json.dumps({"error": f"{name}: " + "; ".join(problems)})
+        try:
+            result = tool.function(ctx, **arguments)
+        except ToolError as exc:
+            return json.dumps({"error": str(exc)})
+        except Exception as exc:  # a tool bug must not kill the conversation
+            return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
+def result_failed(result: str) -> bool:
+    """SPEC §8.1: JSON with a non-null `error` or `success: false`; or text empty or `error:...`."""
+    text = result.strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return not text or text.lower().startswith("error:")
+    if isinstance(parsed, dict):
+        return parsed.get("error") is not None or parsed.get("success") is False
+    return False
+
+
+registry = ToolRegistry()
+tool = registry.tool

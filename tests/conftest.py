@@ -1,0 +1,30 @@
+"""Shared fixtures: a real simulated model endpoint on 127.0.0.1 and isolated data/Dagster homes."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_core.simulated import SimulatedModelServer
+
+
+@pytest.fixture(scope="session")
+def sim_server():
+    server = SimulatedModelServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def sim_url(sim_server) -> str:
+    return sim_server.base_url
+
+
+@pytest.fixture()
+def isolated_homes(tmp_path, monkeypatch):
+    """A fresh data root and Dagster home per test; no endpoint settings leak in from the machine."""
+    for name in ("HERMES_BASE_URL", "HERMES_API_KEY", "HERMES_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HERMES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    return tmp_path
