@@ -75,7 +75,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
         progress = Progress(total=None) if config.show_progress else None
         outcomes = pipeline.run_partitions(
-            recipe, paths, endpoint, keys, context.run_id,
+            recipe, paths, endpoint, keys, context.run.run_id,
             on_start=progress.start if progress else None,
             on_record=progress.update if progress else None,
         )

@@ -23,8 +23,13 @@ from hermes_core.ledger import Batch, BatchPlan, Ledger
 from hermes_core.recipe import Recipe
 from hermes_core.records import RunContext, SampleJob
 from hermes_core.runner import run_jobs
+from hermes_core.sandbox import get_backend
 from hermes_core.simulated import MODEL_ID
 from hermes_core.stats import compute_statistics
+
+
+class PreflightError(RuntimeError):
+    """Images of pending samples that the sandbox backend cannot run; nothing was spent."""
 
 
 class RunPaths:
@@ -145,11 +150,19 @@ def run_partitions(
         if on_record:
             on_record(result)
 
+    backend = get_backend(recipe.sandbox_backend)
+    reaped = backend.reap() if jobs else 0
+    problems = backend.preflight({job.sample.image for job in jobs if job.sample.image})
+    if problems:
+        raise PreflightError(
+            f"image pre-flight failed on the {backend.name} sandbox backend; nothing was run:\n  "
+            + "\n  ".join(problems)
+        )
     if on_start:
         on_start(len(jobs))
-    run_jobs(jobs, recipe, endpoint, ctx, record)
+    run_jobs(jobs, recipe, endpoint, ctx, backend, record)
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
-                                              "dagster_run_id": dagster_run_id})
+                                              "reaped_leftovers": reaped, "dagster_run_id": dagster_run_id})
     return outcomes
 
 
@@ -184,6 +197,7 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
         invalid_input_lines=len(dataset_info["invalid_lines"]),
         total_batches=len(BatchPlan(paths.batches).batches),
         duration_seconds=sum(i["finished"] - i["started"] for i in invocations),
+        reaped_leftovers=sum(i.get("reaped_leftovers", 0) for i in invocations),
     )
     atomic_write_json(paths.statistics, stats)
     return stats

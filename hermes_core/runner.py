@@ -16,6 +16,7 @@ from hermes_core.agent import AIAgent
 from hermes_core.config import Endpoint
 from hermes_core.records import RunContext, SampleJob, build_record
 from hermes_core.recipe import Recipe
+from hermes_core.sandbox import SandboxBackend
 
 
 async def _run_jobs(
@@ -23,6 +24,7 @@ async def _run_jobs(
     recipe: Recipe,
     endpoint: Endpoint,
     ctx: RunContext,
+    backend: SandboxBackend,
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
     queue: asyncio.Queue[SampleJob] = asyncio.Queue()
@@ -48,7 +50,7 @@ async def _run_jobs(
                     stream=recipe.stream,
                     max_retries=endpoint.max_retries,
                     backoff_base_s=endpoint.backoff_base_s,
-                    sandbox_backend=recipe.sandbox_backend,
+                    sandbox_backend=backend,
                     image=job.sample.image,
                     cwd=job.sample.cwd,
                     http_client=http,
@@ -64,6 +66,7 @@ def run_jobs(
     recipe: Recipe,
     endpoint: Endpoint,
     ctx: RunContext,
+    backend: SandboxBackend,
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
     """Blocking entry point. Tools run in threads: give the loop enough of them for every session."""
@@ -74,6 +77,6 @@ def run_jobs(
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(max_workers=recipe.num_workers + 4, thread_name_prefix="hermes-tool")
         )
-        await _run_jobs(jobs, recipe, endpoint, ctx, on_record)
+        await _run_jobs(jobs, recipe, endpoint, ctx, backend, on_record)
 
     asyncio.run(main())

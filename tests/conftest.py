@@ -26,5 +26,6 @@ def isolated_homes(tmp_path, monkeypatch):
     for name in ("HERMES_BASE_URL", "HERMES_API_KEY", "HERMES_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HERMES_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "dagster_home").mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     return tmp_path

@@ -49,13 +49,6 @@ def _join(head: bytes, tail: bytes, omitted: int) -> str:
     return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
 
 
-def truncate_output(data: bytes, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
-    """Text of `data`, keeping its head and tail around a marker when it exceeds `cap` bytes."""
-    if len(data) <= cap:
-        return data.decode("utf-8", "replace"), False
-    return _join(data[: cap // 2], data[len(data) - (cap - cap // 2):], len(data) - cap), True
-
-
 class _CappedBuffer:
     """Head and tail of a stream of unknown length, never holding more than `cap` bytes."""
 
@@ -77,6 +70,13 @@ class _CappedBuffer:
         return _join(bytes(self.head), bytes(self.tail), omitted), True
 
 
+def truncate_output(data: bytes, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
+    """Text of `data`, keeping its head and tail around a marker when it exceeds `cap` bytes."""
+    buffer = _CappedBuffer(cap)
+    buffer.add(data)
+    return buffer.render()
+
+
 def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
     """Head and tail of a (possibly growing, possibly huge) log file without reading all of it."""
     try:
@@ -86,7 +86,7 @@ def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[s
                 return truncate_output(handle.read(), cap)
             head = handle.read(cap // 2)
             handle.seek(size - (cap - cap // 2))
-            tail = handle.read()
+            tail = handle.read(cap - cap // 2)
     except FileNotFoundError:
         return "", False
     return _join(head, tail, size - len(head) - len(tail)), True

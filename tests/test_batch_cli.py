@@ -1,0 +1,178 @@
+"""hermes-batch end to end: a real Dagster instance, the simulated endpoint on 127.0.0.1, real
+sandboxes, and the files a user gets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from hermes_assets.cli import batch_main
+from hermes_core.tools import registry
+
+ROW_KEYS = [
+    "prompt_index", "conversations", "metadata", "completed", "partial", "api_calls", "toolsets_used",
+    "tool_stats", "tool_error_counts", "sample_key", "tools_offered", "toolset_seed", "usage", "id", "extra",
+]
+
+
+def write_dataset(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def run(homes: Path, url: str, dataset: Path, *extra: str, run_name: str = "t1") -> int:
+    return batch_main([
+        f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
+        "--batch_size=2", "--num_workers=3", "--distribution=terminal_only", *extra,
+    ])
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ledger_records(run_dir: Path) -> list[dict]:
+    return [r for path in sorted((run_dir / "raw").glob("*.jsonl")) for r in read_jsonl(path)]
+
+
+PROMPTS = [{"prompt": f"Run a command that prints {i}", "id": f"p{i}"} for i in range(5)]
+
+
+def test_run_writes_hermes_sharegpt_rows_and_statistics(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS + [{"prompt": "Say hi", "metadata": {"k": 1}, "x": 2}])
+    assert run(isolated_homes, sim_url, dataset) == 0
+    out = capsys.readouterr().out
+    run_dir = isolated_homes / "data" / "t1"
+    assert "SIMULATED" in out and str(run_dir / "trajectories.jsonl") in out
+
+    rows = read_jsonl(run_dir / "trajectories.jsonl")
+    assert [r["prompt_index"] for r in rows] == list(range(6))
+    for row in rows:
+        assert list(row) == ROW_KEYS
+        assert set(registry.universe) <= set(row["tool_stats"])
+        assert set(row["tool_stats"]) == set(row["tool_error_counts"])
+        turns = [c["from"] for c in row["conversations"]]
+        assert turns[:2] == ["system", "human"] and "<tools>" in row["conversations"][0]["value"]
+        assert row["conversations"][2]["value"].startswith("<think>\n")
+        assert row["metadata"]["run_name"] == "t1" and row["metadata"]["dagster_run_id"]
+    tool_turn = next(c for c in rows[0]["conversations"] if c["from"] == "tool")
+    assert tool_turn["value"].startswith("<tool_response>\n")
+    assert "<tool_call>" in rows[0]["conversations"][2]["value"]
+    assert rows[5]["metadata"]["input_metadata"] == {"k": 1} and rows[5]["extra"] == {"x": 2}
+
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["counts"]["kept"] == 6 and stats["counts"]["pending"] == 0
+    assert stats["total_batches"] == 3 and stats["tool_statistics"]["terminal"]["count"] >= 5
+    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
+    assert checkpoint["completed_prompts"] == list(range(6))
+
+    instance = dg.DagsterInstance.get()
+    raw_key = dg.AssetKey(["t1", "raw_trajectories"])
+    batches = json.loads((run_dir / "batches.json").read_text())["batches"]
+    assert instance.get_materialized_partitions(raw_key) == {b["key"] for b in batches}
+    assert instance.get_latest_materialization_event(dg.AssetKey(["t1", "statistics"])) is not None
+
+
+def test_resume_after_reorder_insert_and_append_runs_only_new_samples(isolated_homes, sim_url):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS)
+    assert run(isolated_homes, sim_url, dataset) == 0
+    run_dir = isolated_homes / "data" / "t1"
+    assert len(ledger_records(run_dir)) == 5
+
+    assert run(isolated_homes, sim_url, dataset) == 0  # nothing to do
+    assert len(ledger_records(run_dir)) == 5
+
+    edited = [{"prompt": "A brand new first prompt"}] + list(reversed(PROMPTS)) + [{"prompt": "Run a command that prints 0", "id": "dup"}]
+    write_dataset(dataset, edited)
+    assert run(isolated_homes, sim_url, dataset) == 0
+    records = ledger_records(run_dir)
+    assert len(records) == 7  # only the inserted row and the second copy of a duplicate ran
+    rows = read_jsonl(run_dir / "trajectories.jsonl")
+    assert [r["prompt_index"] for r in rows] == list(range(7))
+    assert rows[0]["conversations"][1]["value"] == "A brand new first prompt"
+    assert len({r["sample_key"] for r in rows}) == 7
+
+
+def test_invalid_lines_stop_the_run_before_any_model_call(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [PROMPTS[0], "{not json", '["a list"]', {"prompt": 3}, {"x": 1}])
+    assert run(isolated_homes, sim_url, dataset) == 2
+    err = capsys.readouterr().err
+    assert str(dataset) in err
+    for line in ("line 2", "line 3", "line 4", "line 5"):
+        assert line in err
+    assert not (isolated_homes / "data" / "t1" / "raw").exists()
+
+
+def test_skip_invalid_runs_the_rest_and_counts_them(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [PROMPTS[0], "{not json", PROMPTS[1]])
+    assert run(isolated_homes, sim_url, dataset, "--skip-invalid") == 0
+    assert "skipped 1 invalid line(s)" in capsys.readouterr().err
+    stats = json.loads((isolated_homes / "data" / "t1" / "statistics.json").read_text())
+    assert stats["counts"]["invalid_input_lines"] == 1 and stats["counts"]["kept"] == 2
+
+
+def test_changed_recipe_under_the_same_run_name_is_refused(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
+    assert run(isolated_homes, sim_url, dataset) == 0
+    assert run(isolated_homes, sim_url, dataset, "--seed=7") == 2
+    assert "seed" in capsys.readouterr().err
+    assert run(isolated_homes, sim_url, dataset, "--seed=7", "--force-new-fingerprint") == 0
+
+
+def test_filters_discard_and_failures_stay_retryable(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": "Run ls"},
+        {"prompt": "Run ls [sim:hallucinate]"},
+        {"prompt": "Explain [sim:no-reasoning]"},
+        {"prompt": "Run ls [sim:always-fail]"},
+    ])
+    code = run(isolated_homes, sim_url, dataset, "--max_attempts=2")
+    assert code == 1  # a batch with a retryable failure fails its step
+    run_dir = isolated_homes / "data" / "t1"
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    counts = stats["counts"]
+    assert (counts["kept"], counts["discarded_hallucinated_tool"], counts["discarded_no_reasoning"]) == (1, 1, 1)
+    assert counts["failed_retryable"] == 1 and counts["pending"] == 1
+    assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 1
+
+    instance = dg.DagsterInstance.get()
+    materialized = instance.get_materialized_partitions(dg.AssetKey(["t1", "raw_trajectories"]))
+    assert len(materialized) == 1  # the batch holding the failing sample is not materialized
+
+    assert run(isolated_homes, sim_url, dataset, "--max_attempts=2") == 0  # second attempt: terminal
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["counts"]["failed_terminal"] == 1 and stats["counts"]["pending"] == 0
+    assert len(ledger_records(run_dir)) == 5  # discarded samples were not re-run
+
+
+def test_list_distributions(capsys):
+    assert batch_main(["--list_distributions"]) == 0
+    out = capsys.readouterr().out
+    for name in ("default", "terminal_only", "mixed_tasks", "browser_tasks"):
+        assert name in out
+
+
+def test_missing_endpoint_is_one_clear_error(isolated_homes, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
+    assert batch_main([f"--dataset_file={dataset}", "--run_name=t1"]) == 2
+    assert "HERMES_BASE_URL" in capsys.readouterr().err
+
+
+def test_dagster_docker_imports():
+    """Guards the pinned Dagster set: a broken resolution fails here first."""
+    import dagster_docker
+
+    assert dagster_docker.DockerRunLauncher
+
+
+def test_unusable_images_stop_the_run_before_any_model_call(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        PROMPTS[0], {"prompt": "Compile it", "image": "rust:1.75"}, {"prompt": "Serve", "image": "node:20-alpine"},
+    ])
+    assert run(isolated_homes, sim_url, dataset) == 1
+    err = capsys.readouterr().err
+    assert "pre-flight" in err and "rust:1.75" in err and "node:20-alpine" in err
+    assert ledger_records(isolated_homes / "data" / "t1") == []
