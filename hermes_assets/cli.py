@@ -58,6 +58,8 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, help="sampling temperature")
     p.add_argument("--max_samples", type=int, help="keep only the first N valid rows")
     p.add_argument("--max_attempts", type=int, default=3, help="tries before a failing sample is terminal")
+    p.add_argument("--max_retries", type=int, default=5,
+                   help="retries of one model call on 429/5xx/timeouts, with exponential backoff (default 5)")
     p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
                    help="skip invalid dataset lines (reported) instead of refusing the dataset")
     p.add_argument("--stream", action="store_true", help="use streaming responses from the endpoint")
@@ -106,7 +108,8 @@ def run_batch(args: argparse.Namespace) -> int:
     paths = RunPaths(run_dir(root, recipe.run_name))
     assets = build_run_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}
-    resources = {"model_endpoint": ModelEndpointResource(base_url=endpoint.base_url, api_key=endpoint.api_key)}
+    resources = {"model_endpoint": ModelEndpointResource(
+        base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries)}
 
     planned = _materialize(assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=QUIET_LOGS)
     if not planned.success:

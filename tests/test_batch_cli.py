@@ -129,7 +129,7 @@ def test_filters_discard_and_failures_stay_retryable(isolated_homes, sim_url, ca
         {"prompt": "Explain [sim:no-reasoning]"},
         {"prompt": "Run ls [sim:always-fail]"},
     ])
-    code = run(isolated_homes, sim_url, dataset, "--max_attempts=2")
+    code = run(isolated_homes, sim_url, dataset, "--max_attempts=2", "--max_retries=1")
     assert code == 1  # a batch with a retryable failure fails its step
     run_dir = isolated_homes / "data" / "t1"
     stats = json.loads((run_dir / "statistics.json").read_text())
@@ -142,7 +142,7 @@ def test_filters_discard_and_failures_stay_retryable(isolated_homes, sim_url, ca
     materialized = instance.get_materialized_partitions(dg.AssetKey(["t1", "raw_trajectories"]))
     assert len(materialized) == 1  # the batch holding the failing sample is not materialized
 
-    assert run(isolated_homes, sim_url, dataset, "--max_attempts=2") == 0  # second attempt: terminal
+    assert run(isolated_homes, sim_url, dataset, "--max_attempts=2", "--max_retries=1") == 0  # now terminal
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert stats["counts"]["failed_terminal"] == 1 and stats["counts"]["pending"] == 0
     assert len(ledger_records(run_dir)) == 5  # discarded samples were not re-run
