@@ -19,7 +19,7 @@ from hermes_core.reasoning import extract_reasoning
 from hermes_core.sandbox import Sandbox, SandboxBackend, get_backend
 from hermes_core.sharegpt import tool_stats as count_tool_stats
 from hermes_core.tools import TOOLSET_ORDER, Tool, ToolContext, registry as default_registry
-from hermes_core.tools.registry import ToolRegistry
+from hermes_core.tools.registry import ToolRegistry, unknown_tool_reply
 
 SUMMARY_REQUEST = (
     "You have reached the maximum number of tool-calling iterations. Without calling any more tools, "
@@ -246,7 +246,7 @@ class _Session:
             name = call["function"]["name"]
             tool = self.offered.get(name)
             if tool is None:
-                results[index] = f"Tool '{name}' does not exist. Available: {', '.join(self.offered) or 'none'}"
+                results[index] = unknown_tool_reply(name, list(self.offered))
                 continue
             any_valid = True
             try:
@@ -265,17 +265,21 @@ class _Session:
         return any_valid
 
     async def _execute(self, pending: list[tuple[int, Tool, dict[str, Any]]], results: list[str]) -> None:
-        ctx = await self._context() if pending else None
-        position = 0
-        while position < len(pending):
-            group = [pending[position]]
-            while group[-1][1].read_only and position + len(group) < len(pending) and pending[position + len(group)][1].read_only:
-                group.append(pending[position + len(group)])
-            for index, tool, arguments in group:
+        """Run calls in order; a run of consecutive read-only calls executes concurrently."""
+        if not pending:
+            return
+        ctx = await self._context()
+        groups: list[list[tuple[int, Tool, dict[str, Any]]]] = []
+        for call in pending:
+            if groups and call[1].read_only and groups[-1][-1][1].read_only:
+                groups[-1].append(call)
+            else:
+                groups.append([call])
+        for group in groups:
+            for _, tool, arguments in group:
                 self.agent._say(f"🔧 {tool.name} {json.dumps(arguments, ensure_ascii=False)[:120]}")
             outputs = await asyncio.gather(
-                *(asyncio.to_thread(self.agent.registry.call, tool.name, args, ctx) for _, tool, args in group)
+                *(asyncio.to_thread(self.agent.registry.call, tool.name, arguments, ctx) for _, tool, arguments in group)
             )
             for (index, _, _), output in zip(group, outputs):
                 results[index] = output
-            position += len(group)

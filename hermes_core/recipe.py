@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,6 @@ def list_recipes(root: Path) -> list[Recipe]:
     for path in sorted(root.glob("*/recipe.json")) if root.is_dir() else []:
         try:
             recipes.append(Recipe.from_json(json.loads(path.read_text())))
-        except (ValueError, TypeError, RecipeError):
-            continue  # a broken recipe must not take the whole code location down
+        except (ValueError, TypeError) as exc:  # one broken run must not take every other run down
+            warnings.warn(f"{path}: skipped, not a usable recipe: {exc}", stacklevel=2)
     return recipes

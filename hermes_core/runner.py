@@ -19,48 +19,6 @@ from hermes_core.recipe import Recipe
 from hermes_core.sandbox import SandboxBackend
 
 
-async def _run_jobs(
-    jobs: list[SampleJob],
-    recipe: Recipe,
-    endpoint: Endpoint,
-    ctx: RunContext,
-    backend: SandboxBackend,
-    on_record: Callable[[dict[str, Any]], None],
-) -> None:
-    queue: asyncio.Queue[SampleJob] = asyncio.Queue()
-    for job in jobs:
-        queue.put_nowait(job)
-    limits = httpx.Limits(max_connections=recipe.num_workers * 2, max_keepalive_connections=recipe.num_workers * 2)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(endpoint.request_timeout_s, connect=30.0), limits=limits) as http:
-
-        async def worker() -> None:
-            while not queue.empty():
-                job = queue.get_nowait()
-                agent = AIAgent(
-                    model=endpoint.model,
-                    base_url=endpoint.base_url,
-                    api_key=endpoint.api_key,
-                    quiet_mode=True,
-                    enabled_toolsets=job.toolsets,
-                    max_iterations=recipe.max_turns,
-                    ephemeral_system_prompt=recipe.ephemeral_system_prompt,
-                    reasoning_effort=None if recipe.reasoning_disabled else recipe.reasoning_effort,
-                    max_tokens=recipe.max_tokens,
-                    temperature=recipe.temperature,
-                    stream=recipe.stream,
-                    max_retries=endpoint.max_retries,
-                    backoff_base_s=endpoint.backoff_base_s,
-                    sandbox_backend=backend,
-                    image=job.sample.image,
-                    cwd=job.sample.cwd,
-                    http_client=http,
-                )
-                result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
-                on_record(build_record(job, result, ctx))
-
-        await asyncio.gather(*(worker() for _ in range(min(recipe.num_workers, len(jobs)))))
-
-
 def run_jobs(
     jobs: list[SampleJob],
     recipe: Recipe,
@@ -69,14 +27,40 @@ def run_jobs(
     backend: SandboxBackend,
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Blocking entry point. Tools run in threads: give the loop enough of them for every session."""
+    """Blocking: run every job with at most `recipe.num_workers` sessions at once."""
     if not jobs:
         return
+    workers = min(recipe.num_workers, len(jobs))
+
+    async def session(job: SampleJob, http: httpx.AsyncClient) -> dict[str, Any]:
+        agent = AIAgent(
+            model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, quiet_mode=True,
+            enabled_toolsets=job.toolsets, max_iterations=recipe.max_turns,
+            ephemeral_system_prompt=recipe.ephemeral_system_prompt,
+            reasoning_effort=None if recipe.reasoning_disabled else recipe.reasoning_effort,
+            max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
+            max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
+            sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
+        )
+        result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
+        return build_record(job, result, ctx)
 
     async def main() -> None:
+        # Tools run in threads: one per session, or sessions would queue behind each other's commands.
         asyncio.get_running_loop().set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=recipe.num_workers + 4, thread_name_prefix="hermes-tool")
+            concurrent.futures.ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="hermes-tool")
         )
-        await _run_jobs(jobs, recipe, endpoint, ctx, backend, on_record)
+        queue: asyncio.Queue[SampleJob] = asyncio.Queue()
+        for job in jobs:
+            queue.put_nowait(job)
+        limits = httpx.Limits(max_connections=workers * 2, max_keepalive_connections=workers * 2)
+        timeout = httpx.Timeout(endpoint.request_timeout_s, connect=30.0)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+
+            async def worker() -> None:
+                while not queue.empty():
+                    on_record(await session(queue.get_nowait(), http))
+
+            await asyncio.gather(*(worker() for _ in range(workers)))
 
     asyncio.run(main())

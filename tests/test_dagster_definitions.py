@@ -59,3 +59,15 @@ def test_dagster_definitions_validate(isolated_homes, sim_url):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful" in result.stdout + result.stderr
+
+
+def test_a_broken_recipe_is_reported_and_the_other_runs_still_load(isolated_homes, sim_url):
+    import pytest
+
+    root = data_root()
+    save_run(root, isolated_homes / "d.jsonl", sim_url)
+    (root / "broken").mkdir()
+    (root / "broken" / "recipe.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="broken/recipe.json"):
+        defs = build_definitions(root)
+    assert dg.AssetKey(["ui_run", "prompts"]) in defs.resolve_asset_graph().get_all_asset_keys()

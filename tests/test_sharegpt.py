@@ -181,7 +181,7 @@ def test_tool_stats_has_every_universe_tool_and_counts_hallucinated_names() -> N
     stats, errors = tool_stats(messages, UNIVERSE)
     assert list(stats) == UNIVERSE + ["teleport"]
     assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
-    assert stats["teleport"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["teleport"] == {"count": 1, "success": 0, "failure": 1}  # a call of no tool failed
     assert all(stats[name] == {"count": 0, "success": 0, "failure": 0} for name in UNIVERSE[1:])
     assert errors == {name: s["failure"] for name, s in stats.items()}
     empty_stats, empty_errors = tool_stats([{"role": "user", "content": "hi"}], UNIVERSE)

@@ -14,7 +14,8 @@ from hermes_core.sandbox.base import (
     SandboxBackend,
     SandboxError,
 )
-from hermes_core.sandbox.local import LocalBackend, LocalSandbox, truncate_output
+from hermes_core.sandbox.local import LocalBackend, LocalSandbox
+from hermes_core.sandbox.processes import truncate_output
 
 BACKEND_ENV_VAR = "HERMES_TERMINAL_BACKEND"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -183,9 +184,20 @@ class ToolRegistry:
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
+_UNKNOWN_TOOL = re.compile(r"^Tool '.*' does not exist\. Available: ", re.DOTALL)
+
+
+def unknown_tool_reply(name: str, available: list[str]) -> str:
+    """The reply to a call of a tool that was not offered (SPEC §4)."""
+    return f"Tool '{name}' does not exist. Available: {', '.join(available) or 'none'}"
+
+
 def result_failed(result: str) -> bool:
-    """SPEC §8.1: JSON with a non-null `error` or `success: false`; or text empty or `error:...`."""
+    """SPEC §8.1: JSON with a non-null `error` or `success: false`; or text empty or `error:...`.
+    A call of a tool that does not exist failed too."""
     text = result.strip()
+    if _UNKNOWN_TOOL.match(text):
+        return True
     try:
         parsed = json.loads(text)
     except ValueError:

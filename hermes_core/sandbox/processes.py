@@ -1,0 +1,203 @@
+"""The process toolkit shared by the local backend and the isolated backends to come: commands in
+their own process group with a sanitized environment, capped output and a timeout that kills the
+whole group, and /proc checks of whether a process (group) is still alive."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, SandboxError
+
+KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a process group
+DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after the shell exited
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_SHELL = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
+_STRAGGLER_NOTE = ("\n[note: processes left running in the background kept this command's output open and were "
+                   "stopped when the command finished; start long-running commands as background processes]")
+
+
+def shell_argv(command: str) -> list[str]:
+    return [_SHELL, "-c", command]
+
+
+def sanitized_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A minimal environment: nothing of the host's (API keys, tokens) leaks into commands."""
+    env = {"PATH": os.environ.get("PATH") or _DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG") or "C.UTF-8",
+           "TERM": "dumb",  # no colours or pagers in captured output
+           "PYTHONUNBUFFERED": "1"}  # so output written before a timeout kill is not lost
+    return {**env, **(extra or {})}
+
+
+def _join(head: bytes, tail: bytes, omitted: int) -> str:
+    marker = f"\n...[output truncated: {omitted} bytes omitted]...\n"
+    return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
+
+
+class _CappedBuffer:
+    """Head and tail of a stream of unknown length, never holding more than `cap` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_limit, self.tail_limit = cap // 2, cap - cap // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = max(0, self.head_limit - len(self.head))
+        self.head += chunk[:room]
+        self.tail += chunk[room:]
+        del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+
+    def render(self) -> tuple[str, bool]:
+        omitted = self.total - len(self.head) - len(self.tail)
+        if omitted <= 0:
+            return bytes(self.head + self.tail).decode("utf-8", "replace"), False
+        return _join(bytes(self.head), bytes(self.tail), omitted), True
+
+
+def truncate_output(data: bytes, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
+    """Text of `data`, keeping its head and tail around a marker when it exceeds `cap` bytes."""
+    buffer = _CappedBuffer(cap)
+    buffer.add(data)
+    return buffer.render()
+
+
+def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
+    """Head and tail of a (possibly growing, possibly huge) log file without reading all of it."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= cap:
+                return truncate_output(handle.read(), cap)
+            head = handle.read(cap // 2)
+            handle.seek(size - (cap - cap // 2))
+            tail = handle.read(cap - cap // 2)
+    except FileNotFoundError:
+        return "", False
+    return _join(head, tail, size - len(head) - len(tail)), True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether the group has a live (non-zombie) member. Zombies count as dead: in containers whose
+    init never reaps orphans they linger forever, and `killpg(pgid, 0)` alone would say alive."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc"):
+        return True
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def kill_process_group(pgid: int, leader: subprocess.Popen | None = None, grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM every process of the group, then SIGKILL whatever is still alive after `grace`."""
+    if _signal_group(pgid, signal.SIGTERM):
+        _signal_group(pgid, signal.SIGCONT)  # stopped processes only act on SIGTERM once resumed
+        deadline = time.monotonic() + grace
+        while group_alive(pgid):
+            if leader is not None:
+                leader.poll()  # reap the leader: without /proc, its zombie would count as alive
+            if time.monotonic() >= deadline:
+                _signal_group(pgid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+    if leader is not None:
+        try:
+            leader.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def shell_exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode  # shell convention for killed commands
+
+
+def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
+                cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[ExecResult, int]:
+    """Run `argv` in a new process group with merged, capped output; returns the result and the pgid.
+
+    Reading stops at EOF, at the timeout (the whole group is killed, `exit_code` None), or shortly
+    after the shell exited while children still hold the pipe (those are killed too: they would
+    otherwise block the caller until the timeout, or die of SIGPIPE later)."""
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        raise SandboxError(f"could not start command: {exc}") from exc
+    pgid = proc.pid  # start_new_session makes the shell the leader of a fresh group
+    buffer, deadline = _CappedBuffer(cap), time.monotonic() + timeout
+    drain_until: float | None = None
+    timed_out = stragglers = False
+    assert proc.stdout is not None
+    with proc.stdout, selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout.fileno(), selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if drain_until is None and proc.poll() is not None:
+                drain_until = min(deadline, now + DRAIN_GRACE_S)
+            if now >= (deadline if drain_until is None else drain_until):
+                timed_out, stragglers = drain_until is None, drain_until is not None
+                break
+            # Wake up at least every 0.1 s to notice the shell exiting while children hold the pipe.
+            if selector.select(timeout=min(0.1, deadline - now)):
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                buffer.add(chunk)
+    if not (timed_out or stragglers):
+        try:  # EOF, but the shell may have closed its output and kept running
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out or stragglers:
+        kill_process_group(pgid, proc)
+    output, truncated = buffer.render()
+    result = ExecResult(output=output + (_STRAGGLER_NOTE if stragglers else ""), truncated=truncated,
+                        exit_code=None if timed_out else shell_exit_code(proc.returncode), timed_out=timed_out)
+    return result, pgid
+
+
+def process_start_time(pid: int) -> str | None:
+    """Kernel start time of `pid`, to tell the owner apart from a later process reusing its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def owner_alive(owner: dict) -> bool:
+    pid = int(owner["pid"])
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by another user
+    return owner.get("start") is None or process_start_time(pid) in (None, owner["start"])
+
