@@ -15,6 +15,7 @@ from hermes_core.dataset import DatasetError, load_dataset
 from hermes_core.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.pipeline import RunPaths
 from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
+from hermes_core.sandbox import known_backends
 from hermes_core.stats import format_summary
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import ModelEndpointResource
@@ -25,7 +26,9 @@ environment (flags win):
   HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   the model endpoint (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
   HERMES_DATA_DIR                                 data root (default ./data); outputs in <root>/<run_name>/
   DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
-  HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local)
+  HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap)
+  HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
+                                                  sandbox limits and options (README: Sandboxes)
 """
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
@@ -63,6 +66,9 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
                    help="skip invalid dataset lines (reported) instead of refusing the dataset")
     p.add_argument("--stream", action="store_true", help="use streaming responses from the endpoint")
+    p.add_argument("--sandbox_backend", choices=known_backends(),
+                   help="where tools run: local (bubblewrap, default), docker, modal, singularity, or plain "
+                   "(NOT isolated); default $HERMES_TERMINAL_BACKEND or local")
     p.add_argument("--output_dir", help="data root (default $HERMES_DATA_DIR or ./data)")
     p.add_argument("--force-new-fingerprint", "--force_new_fingerprint", dest="force_new_fingerprint",
                    action="store_true", help="accept a changed recipe under an existing run name")
@@ -96,7 +102,7 @@ def run_batch(args: argparse.Namespace) -> int:
         reasoning_effort=args.reasoning_effort, reasoning_disabled=args.reasoning_disabled,
         max_tokens=args.max_tokens, temperature=args.temperature, batch_size=args.batch_size,
         num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
-        max_attempts=args.max_attempts, stream=args.stream,
+        max_attempts=args.max_attempts, stream=args.stream, sandbox_backend=args.sandbox_backend,
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
@@ -105,6 +111,10 @@ def run_batch(args: argparse.Namespace) -> int:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
+    backend = pipeline.sandbox_backend(recipe)
+    if not backend.isolated:
+        print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
+              file=sys.stderr)
     paths = RunPaths(run_dir(root, recipe.run_name))
     assets = build_run_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}

@@ -89,6 +89,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                     "samples_run": outcome.run, "samples_skipped": outcome.skipped, "kept": outcome.kept,
                     "discarded": outcome.discarded, "failed_terminal": outcome.failed_terminal,
                     "api_calls": outcome.api_calls, "total_tokens": outcome.total_tokens,
+                    "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
                     "wall_seconds": round(outcome.wall_seconds, 3),
                 },
             )

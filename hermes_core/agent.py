@@ -16,7 +16,7 @@ import httpx
 from hermes_core.config import Endpoint
 from hermes_core.model_client import ModelClient, ModelError
 from hermes_core.reasoning import extract_reasoning
-from hermes_core.sandbox import Sandbox, SandboxBackend, get_backend
+from hermes_core.sandbox import Sandbox, SandboxBackend, SandboxError, get_backend
 from hermes_core.sharegpt import tool_stats as count_tool_stats
 from hermes_core.tools import TOOLSET_ORDER, Tool, ToolContext, registry as default_registry
 from hermes_core.tools.registry import ToolRegistry, unknown_tool_reply
@@ -177,6 +177,10 @@ class AIAgent:
         except ModelError as exc:
             outcome.update(failed=True, error=str(exc))
             self._say(f"❌ {exc}")
+        except SandboxError as exc:  # the sandbox could not be created: infrastructure, not data
+            outcome.update(failed=True, error=f"sandbox: {exc}")
+            session.failed = True
+            self._say(f"❌ sandbox: {exc}")
         finally:
             await session.close()
             await client.aclose()
@@ -195,6 +199,7 @@ class AIAgent:
             "toolsets": list(self.toolsets),
             "tools_offered": [tool.name for tool in self.tools],
             "sandbox_created": session.sandbox is not None,
+            "sandbox_failed": session.failed,
         }
 
     # -- internals ----------------------------------------------------------------------------
@@ -223,6 +228,7 @@ class _Session:
         self.agent = agent
         self.task_id = task_id
         self.sandbox: Sandbox | None = None
+        self.failed = False
         self.state: dict[str, Any] = {}
         self.offered = {tool.name: tool for tool in agent.tools}
 

@@ -71,7 +71,8 @@ class Ledger:
         self.latest: dict[str, dict[str, Any]] = {}
         self.failures: dict[str, int] = {}
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
-        self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+                      "sandboxes_created": 0, "sandboxes_failed": 0}
         for path in sorted(raw_dir.glob("*.jsonl")) if raw_dir.is_dir() else []:
             for record in read_jsonl(path):
                 self._note(record)
@@ -81,6 +82,8 @@ class Ledger:
         self.spent["api_calls"] += record.get("api_calls", 0)
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
             self.spent[key] += (record.get("usage") or {}).get(key, 0)
+        self.spent["sandboxes_created"] += bool(record.get("sandbox_created"))
+        self.spent["sandboxes_failed"] += bool(record.get("sandbox_failed"))
         if record["disposition"] in (Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
             self.failures[record["sample_key"]] = self.failures.get(record["sample_key"], 0) + 1
 

@@ -23,7 +23,7 @@ from hermes_core.ledger import Batch, BatchPlan, Ledger
 from hermes_core.recipe import Recipe
 from hermes_core.records import RunContext, SampleJob
 from hermes_core.runner import run_jobs
-from hermes_core.sandbox import get_backend
+from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.simulated import MODEL_ID
 from hermes_core.stats import compute_statistics
 
@@ -81,6 +81,12 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
     return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
 
 
+def sandbox_backend(recipe: Recipe) -> SandboxBackend:
+    """The run's backend: the recipe's choice, else $HERMES_TERMINAL_BACKEND, else local (bubblewrap);
+    limits from HERMES_SANDBOX_*; sandboxes labelled with the run name."""
+    return get_backend(recipe.sandbox_backend, SandboxSettings.from_env(run_name=recipe.run_name))
+
+
 def pending_partitions(recipe: Recipe, paths: RunPaths) -> list[str]:
     """Batches that still have samples of the current dataset without a final record."""
     ledger = Ledger(paths.raw)
@@ -102,6 +108,8 @@ class BatchOutcome:
     failed_terminal: int = 0
     api_calls: int = 0
     total_tokens: int = 0
+    sandboxes_created: int = 0
+    sandboxes_failed: int = 0
     wall_seconds: float = 0.0  # from the start of the invocation to this batch's last record
 
 
@@ -142,6 +150,8 @@ def run_partitions(
         outcome.wall_seconds = time.time() - started
         outcome.api_calls += result["api_calls"]
         outcome.total_tokens += result["usage"]["total_tokens"]
+        outcome.sandboxes_created += bool(result["sandbox_created"])
+        outcome.sandboxes_failed += bool(result["sandbox_failed"])
         disposition = result["disposition"]
         if disposition in (Disposition.KEPT, Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
             setattr(outcome, disposition, getattr(outcome, disposition) + 1)
@@ -150,7 +160,7 @@ def run_partitions(
         if on_record:
             on_record(result)
 
-    backend = get_backend(recipe.sandbox_backend)
+    backend = sandbox_backend(recipe)
     reaped = backend.reap() if jobs else 0
     problems = backend.preflight({job.sample.image for job in jobs if job.sample.image})
     if problems:
@@ -162,7 +172,8 @@ def run_partitions(
         on_start(len(jobs))
     run_jobs(jobs, recipe, endpoint, ctx, backend, record)
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
-                                              "reaped_leftovers": reaped, "dagster_run_id": dagster_run_id})
+                                              "reaped_leftovers": reaped, "sandbox_backend": backend.name,
+                                              "dagster_run_id": dagster_run_id})
     return outcomes
 
 
@@ -198,6 +209,7 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
         total_batches=len(BatchPlan(paths.batches).batches),
         duration_seconds=sum(i["finished"] - i["started"] for i in invocations),
         reaped_leftovers=sum(i.get("reaped_leftovers", 0) for i in invocations),
+        sandbox_backend=invocations[-1]["sandbox_backend"] if invocations else (recipe.sandbox_backend or "local"),
     )
     atomic_write_json(paths.statistics, stats)
     return stats

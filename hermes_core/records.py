@@ -50,6 +50,7 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
         "toolsets_sampled": job.toolsets,
         "toolsets_lost": [t for t in job.toolsets if t not in result["toolsets"]],
         "sandbox_created": result["sandbox_created"],
+        "sandbox_failed": result["sandbox_failed"],
         "served_model": result["served_model"],
     }
     if result["failed"]:

@@ -27,6 +27,7 @@ def compute_statistics(
     total_batches: int,
     duration_seconds: float,
     reaped_leftovers: int = 0,
+    sandbox_backend: str = "local",
 ) -> dict[str, Any]:
     """`sample_toolsets` maps every sample key of the dataset as loaded now to its drawn toolsets."""
     records = [ledger.latest[key] for key in sample_toolsets if key in ledger.latest]
@@ -71,7 +72,12 @@ def compute_statistics(
         "toolsets_lost_samples": sum(1 for r in records if r.get("toolsets_lost")),
         "api_calls": ledger.spent["api_calls"],
         "usage": {k: ledger.spent[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
-        "sandbox": {"created": sum(1 for r in records if r.get("sandbox_created")), "reaped_leftovers": reaped_leftovers},
+        "sandbox": {
+            "backend": sandbox_backend,
+            "created": ledger.spent["sandboxes_created"],  # every attempt's sandbox, not only the latest
+            "failed": ledger.spent["sandboxes_failed"],
+            "reaped_leftovers": reaped_leftovers,
+        },
         "throughput": {"samples_per_min": round(60.0 * finished / duration_seconds, 2) if duration_seconds else 0.0},
     }
 

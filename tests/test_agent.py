@@ -152,16 +152,17 @@ def test_only_enabled_tools_are_offered(sim_url):
 
 
 def test_sandbox_is_closed_after_the_conversation(sim_url, monkeypatch):
-    from hermes_core.sandbox import local
+    from hermes_core.sandbox import bubblewrap
 
+    monkeypatch.delenv("HERMES_TERMINAL_BACKEND", raising=False)  # the default backend: "local" (bubblewrap)
     opened = []
-    original = local.LocalBackend.open
+    original = bubblewrap.BubblewrapBackend.open
 
     def spy(self, *args, **kwargs):
         sandbox = original(self, *args, **kwargs)
         opened.append(sandbox)
         return sandbox
 
-    monkeypatch.setattr(local.LocalBackend, "open", spy)
+    monkeypatch.setattr(bubblewrap.BubblewrapBackend, "open", spy)
     make_agent(sim_url).run_conversation("Run ls")
-    assert len(opened) == 1 and not opened[0].workdir.exists()
+    assert len(opened) == 1 and not opened[0].state_dir.exists()

@@ -1,27 +1,32 @@
-"""The local sandbox backend, with real processes and real files."""
+"""The two host backends with real processes and files: `plain` (explicit, unisolated) and `local`
+(bubblewrap + cgroups: mount layout, images as overlays, limits, network, reaper, kill -9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from hermes_core.sandbox import (
-    DEFAULT_COMMAND_TIMEOUT_S,
-    LocalBackend,
-    LocalSandbox,
-    SandboxError,
-    get_backend,
-    known_backends,
-    truncate_output,
-)
+from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxError, SandboxSettings, get_backend, known_backends
+from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
+from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect
+from hermes_core.sandbox.local import PlainBackend, PlainSandbox
+from hermes_core.sandbox.processes import truncate_output
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def live_members(pgid: int) -> list[int]:
@@ -38,6 +43,18 @@ def live_members(pgid: int) -> list[int]:
     return members
 
 
+def processes_with(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in raw and "State:\tZ" not in (cmdline.parent / "status").read_text():
+                found.append(raw)
+        except OSError:
+            continue
+    return found
+
+
 def wait_until(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -47,245 +64,391 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
     return predicate()
 
 
-@pytest.fixture
-def backend(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(state_root=tmp_path / "sandboxes")
+def tag() -> str:
+    return f"{6000 + uuid.uuid4().int % 3000}.{uuid.uuid4().int % 1000:03d}"
+
+
+# --- plain ------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def sandbox(backend: LocalBackend):
+def backend(tmp_path: Path) -> PlainBackend:
+    return PlainBackend(SandboxSettings(state_root=tmp_path / "sandboxes"))
+
+
+@pytest.fixture
+def sandbox(backend: PlainBackend):
     with backend.open("session-1") as box:
         yield box
 
 
-def test_exec_merges_output_and_reports_exit_code(sandbox: LocalSandbox) -> None:
+def test_plain_is_explicitly_unisolated(backend: PlainBackend) -> None:
+    assert backend.name == "plain" and backend.isolated is False
+    assert BubblewrapBackend(SandboxSettings()).isolated is True
+
+
+def test_exec_merges_output_and_reports_exit_code(sandbox: PlainSandbox) -> None:
     result = sandbox.exec("echo out; echo err >&2; exit 3")
-    assert result.output == "out\nerr\n"
-    assert result.exit_code == 3
+    assert result.output == "out\nerr\n" and result.exit_code == 3
     assert not result.timed_out and not result.truncated
     assert sandbox.exec("kill -TERM $$").exit_code == 128 + 15  # killed by a signal: shell convention
 
 
-def test_workdir_is_private_and_home(sandbox: LocalSandbox, backend: LocalBackend) -> None:
-    assert sandbox.workdir.is_dir()
-    assert sandbox.workdir.parent == backend.state_root.resolve()
-    assert sandbox.workdir.name.startswith("session-1-")
+def test_workdir_is_private_and_home(sandbox: PlainSandbox, backend: PlainBackend) -> None:
+    assert sandbox.workdir.parent == backend.state_root.resolve() and sandbox.workdir.name.startswith("session-1-")
     assert sandbox.exec("pwd").output.strip() == str(sandbox.workdir)
     assert sandbox.exec("echo $HOME").output.strip() == str(sandbox.workdir)
 
 
-def test_stdin_is_closed(sandbox: LocalSandbox) -> None:
+def test_stdin_is_closed(sandbox: PlainSandbox) -> None:
     started = time.monotonic()
-    result = sandbox.exec("cat; echo done", timeout=10)
-    assert result.output == "done\n" and time.monotonic() - started < 5
+    assert sandbox.exec("cat; echo done", timeout=10).output == "done\n" and time.monotonic() - started < 5
 
 
-def test_timeout_kills_the_whole_process_tree(sandbox: LocalSandbox) -> None:
-    started = time.monotonic()
-    result = sandbox.exec("echo $$ > pgid; sleep 100 & sleep 100", timeout=1)
-    elapsed = time.monotonic() - started
-    assert result.timed_out and result.exit_code is None
-    assert elapsed < 3.5
-    pgid = int((sandbox.workdir / "pgid").read_text())
-    assert wait_until(lambda: not live_members(pgid), timeout=2), live_members(pgid)
-    # The session is still usable.
-    after = sandbox.exec("echo still here")
-    assert after.output == "still here\n" and after.exit_code == 0
-
-
-def test_timeout_escalates_to_sigkill(sandbox: LocalSandbox) -> None:
+def test_timeout_kills_the_whole_process_tree(sandbox: PlainSandbox) -> None:
     started = time.monotonic()
     result = sandbox.exec("echo $$ > pgid; trap '' TERM; sleep 100 & sleep 100", timeout=1)
-    assert result.timed_out and time.monotonic() - started < 5
+    assert result.timed_out and result.exit_code is None and time.monotonic() - started < 5
     pgid = int((sandbox.workdir / "pgid").read_text())
-    assert wait_until(lambda: not live_members(pgid), timeout=2)
+    assert wait_until(lambda: not live_members(pgid), timeout=2), live_members(pgid)
+    assert sandbox.exec("echo still here").output == "still here\n"
 
 
-def test_children_holding_the_pipe_do_not_block(sandbox: LocalSandbox) -> None:
+def test_children_holding_the_pipe_do_not_block(sandbox: PlainSandbox) -> None:
     started = time.monotonic()
     result = sandbox.exec("echo $$ > pgid; sleep 100 & echo started", timeout=30)
-    assert time.monotonic() - started < 5
-    assert result.exit_code == 0 and not result.timed_out
+    assert time.monotonic() - started < 5 and result.exit_code == 0
     assert result.output.startswith("started\n") and "background" in result.output
-    pgid = int((sandbox.workdir / "pgid").read_text())
-    assert wait_until(lambda: not live_members(pgid), timeout=2)
+    assert wait_until(lambda: not live_members(int((sandbox.workdir / "pgid").read_text())), timeout=2)
 
 
-def test_detached_children_survive_until_close(backend: LocalBackend) -> None:
+def test_detached_children_survive_until_close(backend: PlainBackend) -> None:
     box = backend.open("detached")
-    result = box.exec("echo $$ > pgid; sleep 100 > /dev/null 2>&1 & echo ok")
-    assert result.output == "ok\n"
+    assert box.exec("echo $$ > pgid; sleep 100 > /dev/null 2>&1 & echo ok").output == "ok\n"
     pgid = int((box.workdir / "pgid").read_text())
-    assert live_members(pgid)  # a server started with `&` keeps running between commands
+    assert live_members(pgid)
     box.close()
     assert wait_until(lambda: not live_members(pgid), timeout=3)
 
 
-def test_output_cap_keeps_head_and_tail(backend: LocalBackend) -> None:
-    capped = LocalBackend(state_root=backend.state_root, output_cap=1000)
-    with capped.open("cap") as box:
+def test_output_cap_keeps_head_and_tail(tmp_path: Path) -> None:
+    with PlainBackend(SandboxSettings(state_root=tmp_path, output_cap_bytes=1000)).open("cap") as box:
         result = box.exec("seq 1 100000")
     assert result.truncated and result.exit_code == 0
-    assert result.output.startswith("1\n2\n3\n")
-    assert result.output.endswith("99999\n100000\n")
-    assert "...[output truncated: " in result.output
-    assert len(result.output.encode()) < 1100
-
-
-def test_default_output_cap(sandbox: LocalSandbox) -> None:
-    result = sandbox.exec("head -c 1000000 /dev/zero | tr '\\0' a")
-    assert result.truncated
-    head, tail = result.output.split("\n...[output truncated: 934464 bytes omitted]...\n")
-    assert head == tail == "a" * (32 * 1024)
-
-
-def test_truncate_output() -> None:
+    assert result.output.startswith("1\n2\n3\n") and result.output.endswith("99999\n100000\n")
+    assert "...[output truncated: " in result.output and len(result.output.encode()) < 1100
     assert truncate_output(b"short", 10) == ("short", False)
-    text, truncated = truncate_output(b"0123456789abcdefghij", 10)
-    assert truncated and text.startswith("01234") and text.endswith("fghij")
-    assert "[output truncated: 10 bytes omitted]" in text
+    assert "[output truncated: 10 bytes omitted]" in truncate_output(b"0123456789abcdefghij", 10)[0]
 
 
-def test_environment_is_sanitized(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_is_sanitized(backend: PlainBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.setenv("HERMES_TEST_TOKEN", "secret-token")
     with backend.open("env") as box:
         env = dict(line.split("=", 1) for line in box.exec("env").output.splitlines() if "=" in line)
-    assert not [name for name in env if name.endswith("_API_KEY")]
-    assert "secret" not in "".join(env.values())
-    assert env["HOME"] == str(box.workdir)
-    assert env["TERM"] == "dumb" and env["PYTHONUNBUFFERED"] == "1"
-    assert env["PATH"] and env["LANG"]
+    assert "secret" not in "".join(env.values()) and env["HOME"] == str(box.workdir)
+    assert env["TERM"] == "dumb" and env["PYTHONUNBUFFERED"] == "1" and env["PATH"] and env["LANG"]
 
 
-def test_cwd_is_honoured_inside_the_workdir(backend: LocalBackend) -> None:
+def test_cwd_is_honoured_inside_the_workdir(backend: PlainBackend) -> None:
     with backend.open("cwd", cwd="/app") as box:
-        assert box.cwd == str(box.workdir / "app")
-        assert box.exec("pwd").output.strip() == str(box.workdir / "app")
-        written = box.write_file("main.py", b"print(1)\n")
-        assert written == str(box.workdir / "app" / "main.py")
-        assert box.read_file(str(box.workdir / "app" / "main.py")) == b"print(1)\n"
-    with backend.open("relative", cwd="src/pkg") as box:
-        assert box.cwd == str(box.workdir / "src" / "pkg")
+        assert box.cwd == str(box.workdir / "app") and box.exec("pwd").output.strip() == box.cwd
+        assert box.write_file("main.py", b"print(1)\n") == str(box.workdir / "app" / "main.py")
+        box.exec(f"rm -rf {box.cwd}")
+        assert box.exec("pwd").output.strip() == box.cwd  # recreated
     with pytest.raises(SandboxError):
         backend.open("escape", cwd="../../etc")
 
 
-def test_cwd_recreated_when_deleted(backend: LocalBackend) -> None:
-    with backend.open("gone", cwd="/app") as box:
-        box.exec(f"rm -rf {box.cwd}")
-        assert box.exec("pwd").output.strip() == box.cwd
-
-
-def test_read_write_round_trip(sandbox: LocalSandbox) -> None:
-    path = sandbox.write_file("deep/folder/file.txt", "héllo\n".encode())
-    assert Path(path) == sandbox.workdir / "deep" / "folder" / "file.txt"
-    assert sandbox.read_file("deep/folder/file.txt") == "héllo\n".encode()
-    assert sandbox.exec("cat deep/folder/file.txt").output == "héllo\n"
-    with pytest.raises(FileNotFoundError):
-        sandbox.read_file("missing.txt")
-    with pytest.raises(SandboxError):
-        sandbox.read_file("deep")
-
-
-@pytest.mark.parametrize("path", ["../outside.txt", "a/../../outside.txt", "/etc/passwd", "/tmp/hermes-escape.txt"])
-def test_path_escapes_are_refused(sandbox: LocalSandbox, path: str) -> None:
+@pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "/tmp/hermes-escape.txt"])
+def test_path_escapes_are_refused(sandbox: PlainSandbox, path: str) -> None:
     with pytest.raises(SandboxError):
         sandbox.write_file(path, b"x")
     with pytest.raises(SandboxError):
         sandbox.read_file(path)
-    assert not (sandbox.workdir.parent / "outside.txt").exists()
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("missing.txt")
 
 
-def test_symlink_escape_is_refused(sandbox: LocalSandbox, tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    sandbox.exec(f"ln -s {outside} link")
+def test_symlink_escape_is_refused(sandbox: PlainSandbox, tmp_path: Path) -> None:
+    sandbox.exec(f"ln -s {tmp_path} link")
     with pytest.raises(SandboxError):
         sandbox.write_file("link/evil.txt", b"x")
-    assert not (outside / "evil.txt").exists()
+    assert not (tmp_path / "evil.txt").exists()
 
 
-def test_background_spawn_poll_kill(sandbox: LocalSandbox) -> None:
-    first = sandbox.spawn("echo hello; sleep 100")
-    second = sandbox.spawn("echo done; exit 4")
-    assert first != second
-    assert wait_until(lambda: "hello" in sandbox.poll(first).output)
-    assert sandbox.poll(first).running and sandbox.poll(first).exit_code is None
+def test_background_spawn_poll_kill(sandbox: PlainSandbox) -> None:
+    first, second = sandbox.spawn("echo hello; sleep 100"), sandbox.spawn("echo done; exit 4")
+    assert wait_until(lambda: "hello" in sandbox.poll(first).output) and sandbox.poll(first).running
     assert wait_until(lambda: not sandbox.poll(second).running)
-    status = sandbox.poll(second)
-    assert status.exit_code == 4 and status.output == "done\n" and status.command == "echo done; exit 4"
+    assert sandbox.poll(second).exit_code == 4 and sandbox.poll(second).output == "done\n"
+    pgid = sandbox.jobs.jobs[first].proc.pid
+    assert sandbox.kill(first).exit_code == 128 + 15 and wait_until(lambda: not live_members(pgid), timeout=2)
     assert [s.process_id for s in sandbox.processes()] == [first, second]
-    pgid = sandbox._background[first].proc.pid
-    killed = sandbox.kill(first)
-    assert not killed.running and killed.exit_code == 128 + 15
-    assert wait_until(lambda: not live_members(pgid), timeout=2)
-    # Logs live outside the workdir, so the task's files are not polluted.
-    assert not list(sandbox.workdir.iterdir())
+    assert not list(sandbox.workdir.iterdir())  # logs live outside the workdir
     with pytest.raises(SandboxError):
         sandbox.poll(99)
 
 
-def test_close_kills_background_and_removes_workdir(backend: LocalBackend) -> None:
-    box = backend.open("closing")
-    process_id = box.spawn("sleep 100")
-    pgid = box._background[process_id].proc.pid
-    workdir, state_dir = box.workdir, box.state_dir
-    box.close()
-    assert not workdir.exists() and not state_dir.exists()
-    assert wait_until(lambda: not live_members(pgid), timeout=2)
-    box.close()  # idempotent
-    with pytest.raises(SandboxError):
-        box.exec("true")
-
-
-def test_reap_removes_leftovers_of_dead_owners(backend: LocalBackend) -> None:
+def test_plain_close_and_reap(backend: PlainBackend) -> None:
     script = textwrap.dedent(f"""
         import os
-        from hermes_core.sandbox.local import LocalBackend
-        box = LocalBackend(state_root={str(backend.state_root)!r}).open("orphan")
-        box.write_file("left.txt", b"behind")
+        from hermes_core.sandbox import SandboxSettings
+        from hermes_core.sandbox.local import PlainBackend
+        box = PlainBackend(SandboxSettings(state_root={str(backend.state_root)!r})).open("orphan")
         print(box.workdir)
         os._exit(0)  # dies without closing its sandbox
     """)
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, check=True)
-    orphan = Path(done.stdout.strip())
-    assert orphan.is_dir()
+    orphan = Path(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                                 check=True).stdout.strip())
     with backend.open("alive") as mine:
-        assert backend.reap() == 1
-        assert not orphan.exists() and not orphan.with_name(orphan.name + ".state").exists()
-        assert mine.workdir.is_dir()  # the owner (this process) is alive
+        pgid = mine.jobs.jobs[mine.spawn("sleep 100")].proc.pid
+        assert backend.reap() == 1 and not orphan.exists() and mine.workdir.is_dir()
         assert backend.reap() == 0
+    assert not mine.workdir.exists() and wait_until(lambda: not live_members(pgid), timeout=2)
+    mine.close()  # idempotent
+    with pytest.raises(SandboxError):
+        mine.exec("true")
 
 
-def test_preflight_and_images(backend: LocalBackend) -> None:
+def test_plain_preflight_and_get_backend(backend: PlainBackend, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     assert backend.preflight(set()) == []
-    problems = backend.preflight({"python:3.11", "ubuntu:24.04"})
-    assert len(problems) == 2
-    assert all("no image support yet" in problem for problem in problems)
-    assert "'python:3.11'" in problems[0]
+    assert all("has no images" in problem for problem in backend.preflight({"python:3.11", "ubuntu:24.04"}))
     with pytest.raises(SandboxError):
         backend.open("with-image", image="python:3.11")
-
-
-def test_get_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HERMES_TERMINAL_BACKEND", raising=False)
-    assert isinstance(get_backend(), LocalBackend)
-    assert get_backend(state_root=tmp_path).state_root == tmp_path
-    monkeypatch.setenv("HERMES_TERMINAL_BACKEND", "local")
-    assert get_backend().name == "local"
-    monkeypatch.setenv("HERMES_TERMINAL_BACKEND", "nope")
-    with pytest.raises(ValueError, match="local"):
-        get_backend()
-    with pytest.raises(ValueError, match="known backends"):
-        get_backend("warp-drive")
-    assert "local" in known_backends()
-
-
-def test_default_timeout_comes_from_the_backend(tmp_path: Path) -> None:
-    assert LocalBackend(state_root=tmp_path).command_timeout == DEFAULT_COMMAND_TIMEOUT_S
-    with LocalBackend(state_root=tmp_path, command_timeout=1).open("short") as box:
-        started = time.monotonic()
+    assert isinstance(get_backend(), BubblewrapBackend) and get_backend().name == "local"
+    plain = get_backend("plain", SandboxSettings(state_root=tmp_path, command_timeout_s=1))
+    assert isinstance(plain, PlainBackend) and plain.state_root == tmp_path
+    assert PlainBackend().settings.command_timeout_s == DEFAULT_COMMAND_TIMEOUT_S
+    with plain.open("short") as box:
         assert box.exec("sleep 100").timed_out
-        assert time.monotonic() - started < 3.5
+    assert {"local", "plain"} <= set(known_backends())
+
+
+# --- local (bubblewrap) -------------------------------------------------------------------------------
+
+
+def tiny_rootfs(image_root: Path, name: str = "tiny_v1") -> Path:
+    """A root filesystem of a few host binaries and their libraries: enough for sh, cat, ls, sleep."""
+    rootfs = image_root / name
+    (rootfs / "usr" / "bin").mkdir(parents=True)
+    (rootfs / "bin").symlink_to("usr/bin")
+    for binary in ("dash", "cat", "mkdir", "dirname", "ls", "sleep", "rm"):
+        source = shutil.which(binary)
+        shutil.copy2(source, rootfs / "usr" / "bin" / binary)
+        for library in re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", source], capture_output=True, text=True).stdout):
+            target = rootfs / library.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.realpath(library), target)
+    (rootfs / "usr" / "bin" / "sh").symlink_to("dash")
+    for folder in ("etc", "tmp", "app", "proc", "dev"):
+        (rootfs / folder).mkdir(exist_ok=True)
+    (rootfs / "etc" / "marker").write_text("tiny\n")
+    (rootfs / "app" / "shipped.txt").write_text("from the image\n")
+    return rootfs
+
+
+@pytest.fixture
+def bwrap_settings(tmp_path: Path) -> SandboxSettings:
+    return SandboxSettings(state_root=tmp_path / "state", image_root=tmp_path / "images")
+
+
+@pytest.fixture
+def local(bwrap_settings: SandboxSettings) -> BubblewrapBackend:
+    return BubblewrapBackend(bwrap_settings)
+
+
+def test_layout_isolation_and_capabilities(local: BubblewrapBackend, tmp_path: Path) -> None:
+    (tmp_path / "host-secret").write_text("SECRET")
+    with local.open("layout", cwd="src") as box:
+        assert box.cwd == "/workspace/src" and box.exec("pwd; echo $HOME").output == "/workspace/src\n" * 2
+        out = box.exec(f"cat {tmp_path}/host-secret; ls /root /work /home; grep CapEff /proc/self/status; "
+                       "touch /newfile /usr/newfile; mount -o remount,rw /usr; echo x > /tmp/t").output
+        assert "SECRET" not in out and "CapEff:\t0000000000000000" in out and out.count("Read-only file system") == 2
+        assert "root:" not in box.exec("cat /etc/shadow").output  # masked: commands run as uid 0
+        assert set(box.exec("ps -eo comm").output.split()) == {"COMMAND", "bwrap", "ps"}  # own pid namespace
+        assert not Path("/newfile").exists() and box.read_file("/tmp/t") == b"x\n"
+        assert box.write_file("notes/../notes/a.txt", b"hi") == "/workspace/src/notes/a.txt"
+        assert box.read_file("/etc/hostname") == Path("/etc/hostname").read_bytes()  # what commands see
+        for outside in ("/usr/evil", "../evil"):  # only the cwd and /tmp are writable
+            with pytest.raises(SandboxError, match="Read-only"):
+                box.write_file(outside, b"x")
+        with pytest.raises(SandboxError, match="directory"):
+            box.read_file("/tmp")
+    for cwd in ("/", "/proc/x", "/usr/src/app"):
+        with pytest.raises(SandboxError):
+            local.open("bad", cwd=cwd)
+    assert session_leftovers(local.state_root) == []
+
+
+def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
+    hierarchy = detect()
+    if hierarchy is None:
+        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+    backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, memory_mb=300, pids=77, cpus=0.5))
+    box = backend.open("limits")
+    cgroup = box.cgroup
+    assert cgroup is not None and set(cgroup.limited) >= {"memory", "pids"}
+    files = {"memory.limit_in_bytes": 300 << 20, "pids.max": 77, "cpu.cfs_quota_us": 50000, "memory.max": 300 << 20}
+    for folder in cgroup.dirs:
+        for name, value in files.items():
+            if (folder / name).exists():
+                assert int((folder / name).read_text()) == value
+    job = box.spawn("sleep 100")
+    assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bwrap, its pid 1 and the command
+    assert box.jobs.jobs[job].proc.pid in cgroup.pids()
+    box.close()
+    assert not cgroup.exists() and session_leftovers(tmp_path) == []
+
+
+def test_cgroup_v2_on_a_real_cgroup2_mount(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup2"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a cgroup2 hierarchy here")
+    try:
+        backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state"), hierarchy=Hierarchy(2, {"": mount}))
+        box = backend.open("v2")
+        assert box.cgroup is not None and box.cgroup.dirs == [mount / "hermes-foundry" / box.cgroup.name]
+        box.spawn(f"sleep {tag()}")
+        assert box.exec("echo in v2").output == "in v2\n"
+        assert wait_until(lambda: len(box.cgroup.pids()) >= 3)
+        lonely = SessionCgroup.create(Hierarchy(2, {"": mount}), "kill-test", 64, 16, 1.0)
+        sleeper = subprocess.Popen([*lonely.enter_argv(), "sleep", "100"])
+        assert wait_until(lambda: sleeper.pid in lonely.pids())
+        assert lonely.kill_all() and sleeper.wait(5) == -signal.SIGKILL and lonely.remove()
+        box.close()
+        assert not box.cgroup.exists() and session_leftovers(tmp_path / "state", Hierarchy(2, {"": mount})) == []
+    finally:
+        try:
+            (mount / "hermes-foundry").rmdir()
+        except OSError:
+            pass  # another run's sessions may still be there
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_cgroup_limit_files_on_a_fake_sysfs(tmp_path: Path) -> None:
+    # The controllers are bound to v1 on this machine, so v2's limit files are checked on a fake tree.
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (v2 / "cgroup.subtree_control").write_text("")
+    cgroup = SessionCgroup.create(Hierarchy(2, {"": v2}), "s1", 256, 64, 1.5)
+    assert cgroup.limited == ("cpu", "memory", "pids")
+    assert (v2 / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (v2 / "hermes-foundry" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    folder = v2 / "hermes-foundry" / "s1"
+    assert {name: (folder / name).read_text() for name in ("memory.max", "pids.max", "cpu.max")} == {
+        "memory.max": str(256 << 20), "pids.max": "64", "cpu.max": "150000 100000"}
+    assert cgroup.enter_argv()[2] == f'echo $$ > {folder}/cgroup.procs && exec "$@"'
+    v1 = {name: tmp_path / "v1" / name for name in ("memory", "pids", "cpu,cpuacct")}
+    (v1["memory"] / "hermes-foundry" / "s2").mkdir(parents=True)
+    (v1["memory"] / "hermes-foundry" / "s2" / "memory.memsw.limit_in_bytes").write_text("")
+    hierarchy = Hierarchy(1, {"memory": v1["memory"], "pids": v1["pids"], "cpu": v1["cpu,cpuacct"]})
+    SessionCgroup.create(hierarchy, "s2", 100, 10, 2)
+    written = {path.relative_to(tmp_path / "v1").as_posix(): path.read_text() for path in (tmp_path / "v1").rglob("*.*")
+               if path.is_file()}
+    assert written == {"memory/hermes-foundry/s2/memory.limit_in_bytes": str(100 << 20),
+                       "memory/hermes-foundry/s2/memory.memsw.limit_in_bytes": str(100 << 20),
+                       "pids/hermes-foundry/s2/pids.max": "10", "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_period_us": "100000",
+                       "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_quota_us": "200000"}
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup2 {v2} cgroup2 rw 0 0\n")
+    assert detect(mounts) == Hierarchy(2, {"": v2})
+    mounts.write_text("cgroup /a cgroup rw,memory 0 0\ncgroup /b cgroup rw,pids 0 0\ncgroup /c cgroup rw,cpu,cpuacct 0 0\n"
+                      "cgroup2 /u cgroup2 rw 0 0\n")
+    assert detect(mounts) == Hierarchy(1, {"memory": Path("/a"), "pids": Path("/b"), "cpu": Path("/c")})
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert detect(mounts) is None
+
+
+def test_image_root_is_a_private_overlay(local: BubblewrapBackend, bwrap_settings: SandboxSettings) -> None:
+    rootfs = tiny_rootfs(bwrap_settings.image_root)
+    first = local.open("img-1", image="tiny:v1", cwd="/app")
+    second = local.open("img-2", image="tiny:v1")
+    assert first.exec("pwd; cat shipped.txt /etc/marker").output == "/app\nfrom the image\ntiny\n"
+    assert first.exec("echo changed > /etc/marker; mkdir -p /opt/new; echo x > /bin/tool").exit_code == 0
+    assert first.exec("cat /etc/marker; ls /opt").output == "changed\nnew\n"  # persists across commands
+    assert first.read_file("/etc/marker") == b"changed\n" and first.read_file("shipped.txt") == b"from the image\n"
+    assert first.write_file("/usr/lib/deep/new.txt", b"tool") == "/usr/lib/deep/new.txt"
+    assert second.cwd == "/workspace" and second.exec("cat /etc/marker; ls /opt").output.startswith("tiny\n")
+    assert (rootfs / "etc" / "marker").read_text() == "tiny\n" and not (rootfs / "opt").exists()
+    assert (first.state_dir / "upper" / "etc" / "marker").read_text() == "changed\n"
+    assert str(first.state_dir) not in Path("/proc/self/mounts").read_text()  # the overlay is not a host mount
+    first.close(), second.close()
+    assert session_leftovers(local.state_root) == []
+
+
+def test_preflight_reports_every_missing_image(tmp_path: Path, bwrap_settings: SandboxSettings) -> None:
+    tiny_rootfs(bwrap_settings.image_root, "ready_1")
+    problems = BubblewrapBackend(bwrap_settings).preflight({"ready:1", "hermes-test/bookworm:latest", "py:3.11"})
+    assert len(problems) == 2
+    assert str(bwrap_settings.image_root / "hermes-test_bookworm_latest") in problems[0] and "debootstrap" in problems[0]
+    assert "py:3.11" in problems[1] and "py_3.11" in problems[1]
+    unconfigured = BubblewrapBackend(SandboxSettings(state_root=tmp_path))
+    assert "no image root is configured" in unconfigured.preflight({"x"})[0] and unconfigured.preflight(set()) == []
+    with pytest.raises(SandboxError, match="debootstrap"):
+        BubblewrapBackend(bwrap_settings).open("s", image="py:3.11")
+
+
+def test_network(local: BubblewrapBackend, bwrap_settings: SandboxSettings) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    connect = "python3 -c \"import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2); print('UP')\""
+    try:
+        with BubblewrapBackend(dataclasses.replace(bwrap_settings, network=True)).open("on") as box:
+            assert box.exec(f"{connect} {listener.getsockname()[1]}").output == "UP\n"
+        with local.open("off") as box:  # no network, but one loopback per session, shared by its commands
+            assert "UP" not in box.exec(f"{connect} {listener.getsockname()[1]}").output
+            box.spawn("python3 -m http.server --bind 127.0.0.1 18765")
+            assert wait_until(lambda: box.exec(f"{connect} 18765").output == "UP\n")
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", 18765), 1)
+    finally:
+        listener.close()
+
+
+def test_commands_children_end_with_the_command_but_jobs_survive(local: BubblewrapBackend) -> None:
+    marker = tag()
+    with local.open("jobs") as box:
+        job = box.spawn(f"sleep {marker}")
+        spawner = threading.Thread(target=lambda: box.spawn("sleep 1000.5"))  # a short-lived thread
+        spawner.start()
+        spawner.join()
+        assert box.exec(f"sleep {marker}1 > /dev/null 2>&1 & echo ok").output == "ok\n"
+        assert box.exec("sleep 100", timeout=0.5).timed_out  # timeouts leave background jobs alone
+        time.sleep(0.3)
+        assert not processes_with(f"sleep {marker}1") and box.poll(job).running and box.poll(2).running
+    assert not processes_with(f"sleep {marker}")
+
+
+def _orphan(state_root: Path, marker: str) -> subprocess.Popen:
+    """A child process that opens a sandbox, starts sleeps in it, and blocks in an exec until killed."""
+    script = textwrap.dedent(f"""
+        import sys
+        from hermes_core.sandbox import SandboxSettings
+        from hermes_core.sandbox.bubblewrap import BubblewrapBackend
+        box = BubblewrapBackend(SandboxSettings(state_root={str(state_root)!r})).open("orphan")
+        box.spawn("sleep {marker}")
+        print(box.state_dir, box.cgroup.name if box.cgroup else "", flush=True)
+        box.exec("sleep {marker}")
+    """)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_reap_cleans(local: BubblewrapBackend) -> None:
+    marker = tag()
+    child = _orphan(local.state_root, marker)
+    state_dir, cgroup_name = child.stdout.readline().split()
+    sleeps = lambda: [p for p in processes_with(f"sleep {marker}") if p.startswith("sleep")]  # noqa: E731
+    assert wait_until(lambda: len(sleeps()) == 2)  # the spawned one and the exec'd one
+    child.kill()
+    child.wait()
+    assert wait_until(lambda: not processes_with(f"sleep {marker}"), timeout=3), processes_with(f"sleep {marker}")
+    with local.open("alive") as mine:
+        assert Path(state_dir).is_dir() and local.reap() >= 1
+        assert not Path(state_dir).exists() and mine.state_dir.is_dir()
+        assert local.hierarchy is None or cgroup_name not in str(session_leftovers(local.state_root))
+        assert local.reap() == 0
+    assert session_leftovers(local.state_root) == []

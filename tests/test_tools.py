@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, LocalBackend
+from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxSettings
+from hermes_core.sandbox.bubblewrap import BubblewrapBackend
+from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import TOOLSET_ORDER, ToolContext, registry, result_failed
 from hermes_core.tools.networked import UNAVAILABLE_REASONS
 
@@ -25,7 +27,15 @@ NETWORKED = {
 
 @pytest.fixture
 def ctx(tmp_path: Path):
-    with LocalBackend(state_root=tmp_path / "sandboxes").open("tools", cwd="/app") as sandbox:
+    with BubblewrapBackend(SandboxSettings(state_root=tmp_path / "sandboxes")).open("tools", cwd="/app") as sandbox:
+        yield ToolContext(sandbox=sandbox, task_id="task-1")
+
+
+@pytest.fixture
+def plain_ctx(tmp_path: Path):
+    """On the explicit `plain` backend file tools are confined to the workdir; on `local` the whole
+    filesystem the tools see is the sandbox's own, so there is no "outside" to refuse."""
+    with PlainBackend(SandboxSettings(state_root=tmp_path / "plain")).open("tools", cwd="/app") as sandbox:
         yield ToolContext(sandbox=sandbox, task_id="task-1")
 
 
@@ -96,17 +106,17 @@ def test_write_then_read(ctx: ToolContext) -> None:
     assert call(ctx, "terminal", command="cat pkg/data.txt")["output"] == "one\ntwo\nthree\nfour\n"
 
 
-def test_read_file_errors(ctx: ToolContext) -> None:
+def test_read_file_errors(ctx: ToolContext, plain_ctx: ToolContext) -> None:
     assert "not found" in error_of(ctx, "read_file", path="nope.txt")
     ctx.sandbox.write_file("blob.bin", b"\x89PNG\r\n\x1a\n\x00\x00binary")
     assert "binary" in error_of(ctx, "read_file", path="blob.bin")
-    assert "outside the sandbox" in error_of(ctx, "read_file", path="/etc/passwd")
+    assert "outside the sandbox" in error_of(plain_ctx, "read_file", path="/etc/passwd")
     assert "missing required argument(s) ['path']" in error_of(ctx, "read_file")
 
 
-def test_write_file_refuses_escapes(ctx: ToolContext) -> None:
-    assert "outside the sandbox" in error_of(ctx, "write_file", path="../../../escape.txt", content="x")
-    assert "outside the sandbox" in error_of(ctx, "write_file", path="/tmp/hermes-escape.txt", content="x")
+def test_write_file_refuses_escapes(plain_ctx: ToolContext) -> None:
+    assert "outside the sandbox" in error_of(plain_ctx, "write_file", path="../../../escape.txt", content="x")
+    assert "outside the sandbox" in error_of(plain_ctx, "write_file", path="/tmp/hermes-escape.txt", content="x")
     assert not Path("/tmp/hermes-escape.txt").exists()
 
 
@@ -152,7 +162,7 @@ def test_execute_code_separates_streams(ctx: ToolContext) -> None:
     code = "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"
     result = call(ctx, "execute_code", code=code)
     assert result == {"stdout": "to stdout\n", "stderr": "to stderr\n", "exit_code": 3}
-    assert not [p for p in Path(ctx.sandbox.cwd).iterdir() if p.name.startswith(".hermes_exec")]
+    assert ".hermes_exec" not in call(ctx, "terminal", command="ls -A")["output"]  # cwd is a sandbox path
 
 
 def test_execute_code_imports_from_cwd_and_keeps_files(ctx: ToolContext) -> None:

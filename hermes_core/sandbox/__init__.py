@@ -1,9 +1,12 @@
-"""Sandboxes: where tools run commands and touch files. `get_backend()` picks the configured one."""
+"""Sandboxes: where tools run commands and touch files. `get_backend()` picks the configured one.
+
+Backends are imported lazily by name, so a run on `local` never imports the docker or modal SDKs.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any, Callable
 
 from hermes_core.sandbox.base import (
     DEFAULT_COMMAND_TIMEOUT_S,
@@ -13,31 +16,40 @@ from hermes_core.sandbox.base import (
     Sandbox,
     SandboxBackend,
     SandboxError,
+    SandboxSettings,
 )
-from hermes_core.sandbox.local import LocalBackend, LocalSandbox
-from hermes_core.sandbox.processes import truncate_output
 
 BACKEND_ENV_VAR = "HERMES_TERMINAL_BACKEND"
+DEFAULT_BACKEND = "local"
 
-# Factories by name; later backends (bubblewrap, docker...) add themselves with `register_backend`.
-_BACKENDS: dict[str, Callable[..., SandboxBackend]] = {"local": LocalBackend}
+# name -> "module:class"; every class is built as Class(settings: SandboxSettings).
+_BACKENDS: dict[str, str] = {
+    "local": "hermes_core.sandbox.bubblewrap:BubblewrapBackend",
+    "plain": "hermes_core.sandbox.local:PlainBackend",
+    "docker": "hermes_core.sandbox.docker:DockerBackend",
+    "modal": "hermes_core.sandbox.modal:ModalBackend",
+    "singularity": "hermes_core.sandbox.singularity:SingularityBackend",
+}
 
 
-def register_backend(name: str, factory: Callable[..., SandboxBackend]) -> None:
-    _BACKENDS[name] = factory
+def register_backend(name: str, target: str) -> None:
+    """Add a backend: `target` is "module:Class", built as Class(settings)."""
+    _BACKENDS[name] = target
 
 
 def known_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
-def get_backend(name: str | None = None, **options: Any) -> SandboxBackend:
+def get_backend(name: str | None = None, settings: SandboxSettings | None = None) -> SandboxBackend:
     """The backend `name`, else the one named by $HERMES_TERMINAL_BACKEND, else "local"."""
-    chosen = (name or os.environ.get(BACKEND_ENV_VAR) or "local").strip().lower()
-    factory = _BACKENDS.get(chosen)
-    if factory is None:
+    chosen = (name or os.environ.get(BACKEND_ENV_VAR) or DEFAULT_BACKEND).strip().lower()
+    target = _BACKENDS.get(chosen)
+    if target is None:
         raise ValueError(f"unknown sandbox backend {chosen!r}; known backends: {', '.join(known_backends())}")
-    return factory(**options)
+    module_name, class_name = target.split(":")
+    backend_class = getattr(importlib.import_module(module_name), class_name)
+    return backend_class(settings or SandboxSettings.from_env())
 
 
 __all__ = [
@@ -45,14 +57,12 @@ __all__ = [
     "DEFAULT_COMMAND_TIMEOUT_S",
     "DEFAULT_OUTPUT_CAP_BYTES",
     "ExecResult",
-    "LocalBackend",
-    "LocalSandbox",
     "ProcessStatus",
     "Sandbox",
     "SandboxBackend",
     "SandboxError",
+    "SandboxSettings",
     "get_backend",
     "known_backends",
     "register_backend",
-    "truncate_output",
 ]

@@ -8,10 +8,51 @@ every backend (local, docker, ...). A backend creates sandboxes, checks images b
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """What every backend honours. Environment: HERMES_SANDBOX_<FIELD> (e.g. HERMES_SANDBOX_NETWORK=1)."""
+
+    run_name: str = "adhoc"  # labels sandboxes so a reaper can tell whose they are
+    network: bool = False  # sandboxes have no network unless asked
+    memory_mb: int = 2048
+    pids: int = 512
+    cpus: float = 1.0
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
+    allow_pull: bool = False  # may pre-flight pull missing images (docker/singularity)
+    state_root: Path | None = None  # where session state lives on the host (default: temp dir)
+    image_root: Path | None = None  # local backend: folder of prepared root filesystems, one per image
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "SandboxSettings":
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            raw = os.environ.get(f"HERMES_SANDBOX_{field.name.upper()}")
+            if raw is None or field.name in overrides:
+                continue
+            kind = field.type if isinstance(field.type, str) else field.type.__name__
+            try:
+                if kind.startswith("bool"):
+                    values[field.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                elif kind.startswith("int"):
+                    values[field.name] = int(raw)
+                elif kind.startswith("float"):
+                    values[field.name] = float(raw)
+                elif kind.startswith("Path"):
+                    values[field.name] = Path(raw)
+                else:
+                    values[field.name] = raw
+            except ValueError as exc:
+                raise ValueError(f"HERMES_SANDBOX_{field.name.upper()}={raw!r}: {exc}") from exc
+        return cls(**{**values, **overrides})  # type: ignore[arg-type]
 
 
 class SandboxError(RuntimeError):
@@ -83,7 +124,10 @@ class Sandbox(abc.ABC):
 
 
 class SandboxBackend(abc.ABC):
+    """Backends are built as `Backend(settings: SandboxSettings)`."""
+
     name: str
+    isolated: bool = True  # False only for the explicit, unisolated `plain` backend
 
     @abc.abstractmethod
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> Sandbox:

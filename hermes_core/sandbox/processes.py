@@ -1,22 +1,27 @@
-"""The process toolkit shared by the local backend and the isolated backends to come: commands in
-their own process group with a sanitized environment, capped output and a timeout that kills the
-whole group, and /proc checks of whether a process (group) is still alive."""
+"""The process toolkit shared by the plain and the bubblewrap backends: commands in their own process
+group with a sanitized environment, capped output and a timeout that kills the whole group,
+background jobs with log files, /proc checks of whether a process (group) is still alive, owner
+files that tell the reaper whether a session's creator is gone, and pinned namespaces."""
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, SandboxError
+from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a process group
 DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after the shell exited
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STALE_STATE_S = 60.0  # a session state folder without a readable owner file is only reaped after this long
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SHELL = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
 _STRAGGLER_NOTE = ("\n[note: processes left running in the background kept this command's output open and were "
                    "stopped when the command finished; start long-running commands as background processes]")
@@ -28,7 +33,7 @@ def shell_argv(command: str) -> list[str]:
 
 def sanitized_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A minimal environment: nothing of the host's (API keys, tokens) leaks into commands."""
-    env = {"PATH": os.environ.get("PATH") or _DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG") or "C.UTF-8",
+    env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG") or "C.UTF-8",
            "TERM": "dumb",  # no colours or pagers in captured output
            "PYTHONUNBUFFERED": "1"}  # so output written before a timeout kill is not lost
     return {**env, **(extra or {})}
@@ -136,7 +141,7 @@ def shell_exit_code(returncode: int) -> int:
 
 
 def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
-                cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[ExecResult, int]:
+                cap: int = DEFAULT_OUTPUT_CAP_BYTES, pass_fds: tuple[int, ...] = ()) -> tuple[ExecResult, int]:
     """Run `argv` in a new process group with merged, capped output; returns the result and the pgid.
 
     Reading stops at EOF, at the timeout (the whole group is killed, `exit_code` None), or shortly
@@ -144,7 +149,7 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
     otherwise block the caller until the timeout, or die of SIGPIPE later)."""
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds)
     except OSError as exc:
         raise SandboxError(f"could not start command: {exc}") from exc
     pgid = proc.pid  # start_new_session makes the shell the leader of a fresh group
@@ -201,3 +206,117 @@ def owner_alive(owner: dict) -> bool:
         pass  # alive, owned by another user
     return owner.get("start") is None or process_start_time(pid) in (None, owner["start"])
 
+
+def remove_tree(path: Path) -> None:
+    def retry(func, target, _exc):  # type: ignore[no-untyped-def]
+        try:  # a command may have made folders read-only
+            os.chmod(os.path.dirname(target), 0o700)
+            func(target)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=retry)
+
+
+def owner_record(session_id: str) -> dict:
+    """Who created a session: this process, with its start time so a reused pid does not count."""
+    return {"pid": os.getpid(), "start": process_start_time(os.getpid()), "session_id": session_id}
+
+
+def write_owner(state_dir: Path, session_id: str) -> None:
+    (state_dir / "owner.json").write_text(json.dumps(owner_record(session_id)))
+
+
+def orphaned(state_dir: Path) -> bool:
+    """Whether a session state folder belongs to a dead process (and so may be reaped)."""
+    try:
+        return not owner_alive(json.loads((state_dir / "owner.json").read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        try:  # no readable owner: maybe a session being created right now
+            return time.time() - state_dir.stat().st_mtime >= STALE_STATE_S
+        except OSError:
+            return False
+
+
+@dataclass
+class _Job:
+    command: str
+    proc: subprocess.Popen
+    log: Path
+
+
+class BackgroundJobs:
+    """A session's background commands: each in its own process group, output to a log file kept
+    outside the sandbox's files, numbered 1, 2, ... (small ids, easy for a model to quote)."""
+
+    def __init__(self, log_dir: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
+        self.log_dir, self.cap = log_dir, cap
+        self.jobs: dict[int, _Job] = {}
+        self._lock = threading.Lock()  # a model may start several in parallel tool calls
+
+    def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
+              pass_fds: tuple[int, ...] = ()) -> int:
+        with self._lock:
+            job_id = len(self.jobs) + 1
+            log = self.log_dir / f"process-{job_id}.log"
+            with open(log, "wb") as out:
+                try:
+                    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds)
+                except OSError as exc:
+                    raise SandboxError(f"could not start command: {exc}") from exc
+            self.jobs[job_id] = _Job(command, proc, log)
+            return job_id
+
+    def _get(self, job_id: int) -> _Job:
+        if job_id not in self.jobs:
+            known = ", ".join(map(str, self.jobs)) or "none"
+            raise SandboxError(f"no background process {job_id} (known: {known})")
+        return self.jobs[job_id]
+
+    def poll(self, job_id: int) -> ProcessStatus:
+        job = self._get(job_id)
+        returncode = job.proc.poll()
+        output, truncated = read_capped_file(job.log, self.cap)
+        return ProcessStatus(process_id=job_id, command=job.command, running=returncode is None,
+                             exit_code=None if returncode is None else shell_exit_code(returncode),
+                             output=output, truncated=truncated)
+
+    def kill(self, job_id: int) -> ProcessStatus:
+        job = self._get(job_id)
+        kill_process_group(job.proc.pid, job.proc)
+        return self.poll(job_id)
+
+    def statuses(self) -> list[ProcessStatus]:
+        return [self.poll(job_id) for job_id in sorted(self.jobs)]
+
+    def kill_all(self) -> None:
+        for job in self.jobs.values():
+            kill_process_group(job.proc.pid, job.proc)
+
+
+def pin_namespace(argv: list[str], kind: str) -> int:
+    """An fd that keeps a namespace alive without any process in it (closing it frees the namespace,
+    and the kernel closes it when this process dies, so nothing outlives a crash).
+
+    `argv` creates the namespace, prints the host pid of a process inside it once it is ready, then
+    waits for its stdin to close."""
+    try:
+        helper = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+    except OSError as exc:
+        raise SandboxError(f"could not create a {kind} namespace: {exc}") from exc
+    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
+    try:
+        line = helper.stdout.readline()
+        try:
+            return os.open(f"/proc/{int(line)}/ns/{kind}", os.O_RDONLY)
+        except (ValueError, OSError) as exc:
+            helper.kill()
+            detail = helper.stderr.read().decode(errors="replace").strip() or str(exc)
+            raise SandboxError(f"could not create a {kind} namespace: {detail}") from exc
+    finally:
+        helper.stdin.close()
+        helper.wait()
+        helper.stdout.close()
+        helper.stderr.close()

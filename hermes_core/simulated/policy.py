@@ -140,11 +140,13 @@ def _url(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def _tool_arguments(name: str, prompt: str, variant: int) -> dict[str, Any]:
+def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = None) -> dict[str, Any]:
     """Plausible arguments for well-known tools; others are derived from the schema alone."""
     quoted, phrase = _quoted(prompt), _phrase(prompt)
     safe = (quoted or "hello from hermes-sim").replace("'", "")
     if name == "terminal":
+        if command:  # [sim:command=...]: tests pick the exact command the agent runs
+            return {"command": command}
         if variant:
             return {"command": "pwd && ls -la"}
         listing = re.search(r"\b(list|director(y|ies)|folder|ls)\b", prompt, re.I)
@@ -331,7 +333,7 @@ def respond(body: dict[str, Any], attempt: int = 1) -> Reply:
                 args = json.dumps({"target": "mars"})
             else:
                 variant = index if names.count(name) > 1 else completed
-                fitted = conform(_tool_arguments(name, prompt, variant), offered[name], prompt)
+                fitted = conform(_tool_arguments(name, prompt, variant, flags.get("command")), offered[name], prompt)
                 args = json.dumps(fitted, ensure_ascii=False)
                 if "malformed-args" in flags and rounds == 0 and index == 0:
                     args = args[:-1] if args.endswith("}") else args + "{"  # unbalanced JSON on purpose

@@ -1,0 +1,291 @@
+"""The `local` backend: each session isolated with bubblewrap, limited by a per-session cgroup.
+
+Every command is one `bwrap` run with the session's fixed layout, so a session persists through its
+writable folders: own pid/ipc/uts/mount namespaces per command (a timeout kills the command's pid 1,
+and the kernel then kills everything in that namespace, setsid'd daemons included), no capabilities,
+and one network namespace per session (loopback only, shared by all its commands so a background
+server is reachable from later commands) unless `settings.network`.
+
+Without an image the root is an empty read-only tmpfs with the host's system folders bound read-only
+(minus files only root may read, like /etc/shadow), a private /tmp and the working directory.
+With an image the root is an overlay of its prepared root filesystem and a per-session upper folder,
+mounted in a mount namespace that only an fd of this process holds: no host mount ever exists, and
+a crash (even kill -9) frees it. Files are read and written through the sandbox itself, so tools see
+exactly what commands see.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, detect, session_names
+from hermes_core.sandbox.local import session_prefix
+from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, orphaned, owner_alive, owner_record,
+                                           pin_namespace, remove_tree, run_command, sanitized_env, write_owner)
+
+BWRAP = shutil.which("bwrap")
+NSENTER = shutil.which("nsenter") or "nsenter"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+DEFAULT_CWD = "/workspace"
+FILE_TIMEOUT_S = 60.0
+_RESERVED = ("/proc", "/dev", "/sys")
+_NSENTER_OPTION = {"net": "net", "mnt": "mount"}
+_CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
+_MISSING, _DIRECTORY = 90, 91  # exit codes of the file scripts, apart from the shell's own (2 = redirect failed)
+_READ = f'[ -e "$1" ] || exit {_MISSING}; [ -d "$1" ] && exit {_DIRECTORY}; exec cat -- "$1"'
+_WRITE = f'[ -d "$1" ] && exit {_DIRECTORY}; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+_NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+                    "--new-session", "--cap-drop", "ALL"]  # as root, bwrap would otherwise keep every capability
+
+
+def image_dir_name(image: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", image)
+
+
+def _tag(state_root: Path) -> str:
+    return hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:8]
+
+
+@lru_cache(maxsize=1)
+def host_layout() -> tuple[str, ...]:
+    """bwrap arguments for a root made of the host's system folders, read-only, with files and folders
+    that only root may read (e.g. /etc/shadow, private keys) masked: commands run as uid 0."""
+    args = ["--tmpfs", "/"]
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):  # merged-/usr systems: /bin -> usr/bin
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for top, folders, files in os.walk("/etc"):
+        hidden = set()
+        for name in folders + files:
+            path = os.path.join(top, name)
+            try:
+                if os.path.islink(path) or os.stat(path).st_mode & 0o004:
+                    continue
+            except OSError:
+                continue
+            hidden.add(name)
+            args += ["--tmpfs", path, "--remount-ro", path] if name in folders else ["--ro-bind", "/dev/null", path]
+        folders[:] = [name for name in folders if name not in hidden]
+    return tuple(args)
+
+
+class BubblewrapSandbox(Sandbox):
+    """One session: `cwd` and every path are as seen inside the sandbox."""
+
+    def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
+                 rootfs: Path | None, cgroup: SessionCgroup | None) -> None:
+        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, cgroup
+        self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
+        self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
+        (state_dir / "logs").mkdir()
+        self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
+        self._fds: dict[str, int] = {}
+        self._closed = False
+        try:
+            if not settings.network:
+                self._fds["net"] = pin_namespace([BWRAP or "bwrap", "--unshare-net", "--die-with-parent", "--cap-drop",
+                                                  "ALL", "--ro-bind", "/", "/", "--", "/bin/sh", "-c",
+                                                  "echo $$; read x"], "net")  # bwrap brings loopback up
+            self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()
+        except BaseException:
+            self.close()
+            raise
+        shell = (rootfs or Path("/")) / "bin" / "bash"
+        self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
+
+    def _host_layout(self) -> list[str]:
+        inside = [folder for folder in SYSTEM_DIRS if self.cwd == folder or self.cwd.startswith(folder + "/")]
+        if inside:
+            raise SandboxError(f"cwd {self.cwd!r} is inside the host's read-only {inside[0]}; choose another "
+                               "working directory or an image")
+        (self.state_dir / "tmp").mkdir()
+        (self.state_dir / "tmp").chmod(0o1777)  # like any /tmp (mkdir's mode is cut by the umask)
+        (self.state_dir / "cwd").mkdir()
+        return [*host_layout(), "--proc", "/proc", "--dev", "/dev", "--bind", str(self.state_dir / "tmp"), "/tmp",
+                "--bind", str(self.state_dir / "cwd"), self.cwd, "--remount-ro", "/"]  # no writes that vanish
+
+    def _image_layout(self, rootfs: Path) -> list[str]:
+        upper, work, merged = (self.state_dir / name for name in ("upper", "work", "root"))
+        for folder in (upper, work, merged):
+            folder.mkdir()
+        if "," in str(self.state_dir) or ":" in str(self.state_dir):
+            raise SandboxError(f"the state folder {self.state_dir} must not contain ',' or ':' (overlayfs)")
+        options = f"lowerdir={rootfs},upperdir={upper},workdir={work}"
+        self._fds["mnt"] = pin_namespace(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                                          'mount -t overlay overlay -o "$1" "$2" && echo $$ && read x', "sh",
+                                          options, str(merged)], "mnt")
+        # The cwd lives in the overlay (not a bind), so an image's own files there stay visible.
+        return ["--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev", "--dir", self.cwd]
+
+    def _argv(self, inner: list[str]) -> list[str]:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.session_id!r} is closed")
+        enter = self.cgroup.enter_argv() if self.cgroup else []
+        namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
+        joined = [NSENTER, *namespaces, "--"] if namespaces else []
+        return [*enter, *joined, BWRAP or "bwrap", *_NAMESPACE_FLAGS, *self._layout, "--chdir", self.cwd, "--", *inner]
+
+    def _run(self, inner: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(self._argv(inner), input=data, capture_output=True, env=self.env,
+                                  cwd=self.state_dir, timeout=FILE_TIMEOUT_S, start_new_session=True,
+                                  pass_fds=tuple(self._fds.values()))
+        except subprocess.TimeoutExpired as exc:  # killing bwrap ends its pid namespace
+            raise SandboxError(f"file operation timed out after {FILE_TIMEOUT_S:.0f} s") from exc
+        except OSError as exc:
+            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+
+    def exec(self, command: str, timeout: float | None = None) -> ExecResult:
+        timeout = self.command_timeout if timeout is None else float(timeout)
+        if timeout <= 0:
+            raise SandboxError("timeout must be positive")
+        argv = self._argv([self.shell, "-c", command])
+        return run_command(argv, str(self.state_dir), self.env, timeout, self.output_cap, tuple(self._fds.values()))[0]
+
+    def spawn(self, command: str) -> int:
+        argv = self._argv([self.shell, "-c", command])
+        return self.jobs.start(command, argv, str(self.state_dir), self.env, tuple(self._fds.values()))
+
+    def poll(self, process_id: int) -> ProcessStatus:
+        return self.jobs.poll(process_id)
+
+    def kill(self, process_id: int) -> ProcessStatus:
+        return self.jobs.kill(process_id)
+
+    def processes(self) -> list[ProcessStatus]:
+        return self.jobs.statuses()
+
+    def _checked(self, path: str, done: subprocess.CompletedProcess) -> None:
+        message = done.stderr.decode(errors="replace").strip()
+        if done.returncode == _MISSING:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        if done.returncode == _DIRECTORY:
+            raise SandboxError(f"{path!r} is a directory")
+        if done.returncode != 0:
+            raise SandboxError(message or f"{path!r}: failed with exit code {done.returncode}")
+
+    def read_file(self, path: str) -> bytes:
+        done = self._run(["/bin/sh", "-c", _READ, "sh", path])
+        self._checked(path, done)
+        return done.stdout
+
+    def write_file(self, path: str, data: bytes) -> str:
+        self._checked(path, self._run(["/bin/sh", "-c", _WRITE, "sh", path], data))
+        return posixpath.normpath(posixpath.join(self.cwd, path))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.jobs.kill_all()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()  # anything else still in the session, however it detached
+        for fd in self._fds.values():
+            os.close(fd)  # frees the session's network namespace and its overlay mount
+        self._fds.clear()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        remove_tree(self.state_dir)
+
+
+class BubblewrapBackend(SandboxBackend):
+    """Sessions in `state_root/<session_id>-<random>/` (owner file, logs, /tmp, cwd or overlay upper),
+    cgroups `hermes-foundry/o<owner pid>-<owner start>-<state root tag>-<that folder's name>`."""
+
+    name = "local"
+
+    def __init__(self, settings: SandboxSettings | None = None,
+                 hierarchy: Hierarchy | None | Literal["detect"] = "detect") -> None:
+        self.settings = settings or SandboxSettings()
+        # Absolute: bwrap and nsenter run with other working directories.
+        self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
+        self.hierarchy = detect() if hierarchy == "detect" else hierarchy
+
+    def _rootfs(self, image: str) -> tuple[Path | None, str]:
+        if self.settings.image_root is None:
+            return None, (f"image {image!r}: the local backend runs images from prepared root filesystems, but no "
+                          f"image root is configured; set HERMES_SANDBOX_IMAGE_ROOT to a folder holding one root "
+                          f"filesystem per image, named like {image_dir_name(image)!r}")
+        expected = Path(self.settings.image_root) / image_dir_name(image)
+        rootfs = expected.resolve()
+        if not (rootfs / "bin" / "sh").exists() and not (rootfs / "usr" / "bin" / "sh").exists():
+            return None, (f"image {image!r}: no root filesystem at {expected}; prepare one, e.g. with "
+                          f"`debootstrap --variant=minbase --include=python3 bookworm {expected}`")
+        if "," in str(rootfs) or ":" in str(rootfs):
+            return None, f"image {image!r}: the root filesystem path {rootfs} must not contain ',' or ':' (overlayfs)"
+        return rootfs, ""
+
+    def preflight(self, images: set[str]) -> list[str]:
+        problems = [] if BWRAP else ["bubblewrap (bwrap) is not installed; install it or choose another backend"]
+        return problems + [problem for image in sorted(images) if (problem := self._rootfs(image)[1])]
+
+    def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> BubblewrapSandbox:
+        if BWRAP is None:
+            raise SandboxError("bubblewrap (bwrap) is not installed; install it or choose another backend")
+        rootfs, problem = self._rootfs(image) if image else (None, "")
+        if problem:
+            raise SandboxError(problem)
+        inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
+        if inside == "/" or any(inside == top or inside.startswith(top + "/") for top in _RESERVED):
+            raise SandboxError(f"cwd {cwd!r} cannot be a working directory")
+        self.state_root.mkdir(parents=True, exist_ok=True)
+        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
+        write_owner(state_dir, session_id)
+        cgroup = None
+        try:
+            if self.hierarchy is not None:
+                owner = owner_record(session_id)
+                name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-{state_dir.name}"
+                s = self.settings
+                try:
+                    cgroup = SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
+                except CgroupError:
+                    cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
+            return BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, cgroup)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            remove_tree(state_dir)
+            raise
+
+    def reap(self) -> int:
+        """Remove state folders and cgroups (killing what runs in them) of sessions whose owner died."""
+        reaped = set()
+        for name in session_names(self.hierarchy) if self.hierarchy else ():
+            match = _CGROUP_NAME.match(name)
+            if match and not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]}):
+                cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
+                cgroup.kill_all()  # first: nothing may still write into the state folder
+                cgroup.remove()
+                reaped.add(match[4])
+        for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
+            if path.is_dir() and orphaned(path):
+                remove_tree(path)
+                reaped.add(path.name)
+        return len(reaped)
+
+
+def session_leftovers(state_root: Path, hierarchy: Hierarchy | None | Literal["detect"] = "detect") -> list[str]:
+    """What sessions of `state_root` left behind: state folders, cgroups and mounts."""
+    hierarchy = detect() if hierarchy == "detect" else hierarchy
+    found = [str(path) for path in sorted(state_root.glob("*"))] if state_root.is_dir() else []
+    tag = _tag(state_root)
+    found += [f"cgroup {name}" for name in sorted(session_names(hierarchy) if hierarchy else ())
+              if (match := _CGROUP_NAME.match(name)) and match[3] == tag]
+    with open("/proc/self/mounts") as mounts:
+        root = str(state_root.resolve())
+        found += [f"mount {line.split()[1]}" for line in mounts if line.split()[1].startswith(root)]
+    return found

@@ -1,0 +1,205 @@
+"""Per-session control groups: memory, process-count and CPU limits, and a reliable way to find and
+kill every process of a session (however it forked, setsid'd or daemonized).
+
+Both hierarchies are supported. cgroup v1: one `hermes-foundry/<session>` folder in each of the
+memory, pids and cpu controller mounts. cgroup v2: one `hermes-foundry/<session>` folder, with the
+controllers enabled in `cgroup.subtree_control` of its parents. Folders sit at the top of each
+hierarchy (like docker's), not under this process's own cgroup: an outer manager's per-process
+cgroup must stay removable even if a crash leaves a session's folder behind for the reaper.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PARENT = "hermes-foundry"
+CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+
+
+class CgroupError(OSError):
+    """A session cgroup could not be set up (no cgroup support, or no permission)."""
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where session cgroups go: v1 maps each controller to its mount, v2 has one mount (key "")."""
+
+    version: int
+    mounts: dict[str, Path] = field(default_factory=dict)
+
+    def parents(self) -> list[Path]:
+        return sorted({mount / PARENT for mount in self.mounts.values()})
+
+
+def _v2_controllers(mount: Path) -> set[str]:
+    try:
+        return set((mount / "cgroup.controllers").read_text().split())
+    except OSError:
+        return set()
+
+
+def detect(mounts_file: str | Path = "/proc/self/mounts") -> Hierarchy | None:
+    """The usable hierarchy: v2 when its mount offers the memory and pids controllers, else v1 when
+    they are mounted there, else None (sandboxes then run without cgroup limits)."""
+    try:
+        lines = Path(mounts_file).read_text().splitlines()
+    except OSError:
+        return None
+    v1: dict[str, Path] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        mount, kind, options = Path(parts[1].replace("\\040", " ")), parts[2], set(parts[3].split(","))
+        if kind == "cgroup2" and {"memory", "pids"} <= _v2_controllers(mount):
+            return Hierarchy(2, {"": mount})
+        for controller in CONTROLLERS if kind == "cgroup" else ():
+            if controller in options:
+                v1.setdefault(controller, mount)
+    if {"memory", "pids"} <= set(v1):
+        return Hierarchy(1, v1)
+    return None
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+class SessionCgroup:
+    """The cgroup folder(s) of one session: `name` under `hermes-foundry` in every hierarchy mount."""
+
+    def __init__(self, hierarchy: Hierarchy, name: str) -> None:
+        self.hierarchy, self.name = hierarchy, name
+        self.dirs = [parent / name for parent in hierarchy.parents()]
+        self.limited: tuple[str, ...] = ()  # the controllers whose limits were applied
+
+    @classmethod
+    def create(cls, hierarchy: Hierarchy, name: str, memory_mb: int, pids: int, cpus: float) -> "SessionCgroup":
+        cgroup = cls(hierarchy, name)
+        try:
+            applied = cgroup._create_v2(memory_mb, pids, cpus) if hierarchy.version == 2 else \
+                cgroup._create_v1(memory_mb, pids, cpus)
+        except OSError as exc:
+            cgroup.remove(wait=0.0)
+            raise CgroupError(exc.errno, f"could not create cgroup {name!r}: {exc.strerror or exc}") from exc
+        cgroup.limited = tuple(sorted(applied))
+        return cgroup
+
+    def _create_v1(self, memory_mb: int, pids: int, cpus: float) -> set[str]:
+        for path in self.dirs:
+            path.mkdir(parents=True, exist_ok=True)
+        applied = set()
+        for controller, mount in self.hierarchy.mounts.items():
+            folder = mount / PARENT / self.name
+            if controller == "memory":
+                _write(folder / "memory.limit_in_bytes", str(memory_mb << 20))
+                if (folder / "memory.memsw.limit_in_bytes").exists():  # no escaping the limit into swap
+                    _write(folder / "memory.memsw.limit_in_bytes", str(memory_mb << 20))
+            elif controller == "pids":
+                _write(folder / "pids.max", str(pids))
+            elif controller == "cpu":
+                _write(folder / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+                _write(folder / "cpu.cfs_quota_us", str(self._quota(cpus)))
+            applied.add(controller)
+        return applied
+
+    def _create_v2(self, memory_mb: int, pids: int, cpus: float) -> set[str]:
+        mount = self.hierarchy.mounts[""]
+        wanted = set(CONTROLLERS) & _v2_controllers(mount)
+        parent = mount / PARENT
+        parent.mkdir(exist_ok=True)
+        # Controllers must be enabled on every level above the folder that uses them.
+        for level in (mount, parent):
+            enabled = set((level / "cgroup.subtree_control").read_text().split()) \
+                if (level / "cgroup.subtree_control").exists() else set()
+            if wanted - enabled:
+                _write(level / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(wanted - enabled)))
+        folder = self.dirs[0]
+        folder.mkdir(exist_ok=True)
+        if "memory" in wanted:
+            _write(folder / "memory.max", str(memory_mb << 20))
+            if (folder / "memory.swap.max").exists():
+                _write(folder / "memory.swap.max", "0")
+        if "pids" in wanted:
+            _write(folder / "pids.max", str(pids))
+        if "cpu" in wanted:
+            quota = self._quota(cpus)
+            _write(folder / "cpu.max", f"{'max' if quota < 0 else quota} {CPU_PERIOD_US}")
+        return wanted
+
+    @staticmethod
+    def _quota(cpus: float) -> int:
+        return -1 if cpus <= 0 else max(1000, int(cpus * CPU_PERIOD_US))
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [path / "cgroup.procs" for path in self.dirs]
+
+    def enter_argv(self) -> list[str]:
+        """A prefix for a command line: the shell moves itself into the cgroup, then `exec`s the rest,
+        so the command and all it starts are inside before they run (no preexec_fn: not thread-safe)."""
+        script = " && ".join(f"echo $$ > {shlex.quote(str(path))}" for path in self.procs_files)
+        return ["/bin/sh", "-c", f'{script} && exec "$@"', "sh"]
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for path in self.procs_files:
+            try:
+                found.update(int(pid) for pid in path.read_text().split())
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def kill_all(self, timeout: float = 5.0) -> bool:
+        """SIGKILL every process in the cgroup until none is left; True once it is empty."""
+        kill_file = self.dirs[0] / "cgroup.kill" if self.hierarchy.version == 2 else None
+        deadline = time.monotonic() + timeout
+        while (members := self.pids()) and time.monotonic() < deadline:
+            if kill_file is not None and kill_file.exists():
+                try:
+                    _write(kill_file, "1")  # atomic, also catches processes forking right now
+                except OSError:
+                    kill_file = None
+            for pid in members if kill_file is None else ():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.02)
+        return not self.pids()
+
+    def exists(self) -> bool:
+        return any(path.is_dir() for path in self.dirs)
+
+    def remove(self, wait: float = 2.0) -> bool:
+        """Delete the folders; exiting processes keep a cgroup busy for a moment, hence the retries."""
+        deadline = time.monotonic() + wait
+        while True:
+            for path in self.dirs:
+                try:
+                    path.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+            if not self.exists() or time.monotonic() >= deadline:
+                return not self.exists()
+            time.sleep(0.02)
+
+
+def session_names(hierarchy: Hierarchy) -> set[str]:
+    """Names of every session cgroup present, in any of the hierarchy's mounts."""
+    names: set[str] = set()
+    for parent in hierarchy.parents():
+        try:
+            names.update(entry.name for entry in os.scandir(parent) if entry.is_dir())
+        except OSError:
+            continue
+    return names

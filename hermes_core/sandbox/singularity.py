@@ -1,0 +1,261 @@
+"""The `singularity` backend: every command is one `apptainer exec --containall` (or `singularity
+exec`) of the sample's image, isolated from the host (own pid/ipc namespaces, clean environment, no
+home, network off unless settings.network) and limited by apptainer's cgroup flags (these need
+root, or cgroups v2 with systemd delegation for unprivileged users).
+
+A session persists through host folders bound into each container: its working directory (at
+`cwd`) and a scratch folder (`--workdir`: /tmp and /var/tmp). The image itself is read-only, so
+files are read and written through the bound working directory; paths elsewhere are read with an
+exec and refused for writing. State: `state_root/<session>-<random>/` with the owner file,
+background logs, `work/`, `scratch/` and `groups` (process groups to kill if the owner dies).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.local import session_prefix
+from hermes_core.sandbox.processes import (BackgroundJobs, group_alive, kill_process_group, orphaned, remove_tree,
+                                           run_command, sanitized_env, write_owner)
+
+EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
+DEFAULT_CWD = "/workspace"
+PULL_SCHEMES = ("docker://", "library://", "oras://", "shub://", "docker-archive:", "oci-archive:")
+FILE_TIMEOUT_S = 60.0
+_PASS_THROUGH = ("APPTAINER_CACHEDIR", "APPTAINER_TMPDIR", "SINGULARITY_CACHEDIR", "SINGULARITY_TMPDIR",
+                 "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # cache, and systemd cgroup delegation
+_INSTALL_HINT = ("install Apptainer (https://apptainer.org/docs/admin/main/installation.html) or point "
+                 f"${EXECUTABLE_ENV} at the executable")
+
+
+def find_executable() -> str | None:
+    """$HERMES_APPTAINER, else `apptainer`, else `singularity` on PATH."""
+    configured = os.environ.get(EXECUTABLE_ENV, "").strip()
+    if configured:
+        return shutil.which(configured)
+    return shutil.which("apptainer") or shutil.which("singularity")
+
+
+def is_remote(image: str) -> bool:
+    return image.startswith(PULL_SCHEMES)
+
+
+def apptainer_argv(executable: str, image: str, cwd: str, workdir: Path, scratch: Path,
+                   settings: SandboxSettings, command: str) -> list[str]:
+    """The command line of one command of a session (the exact flags are covered by tests)."""
+    argv = [executable, "exec", "--containall", "--cleanenv", "--no-home", "--pwd", cwd,
+            "--bind", f"{workdir}:{cwd}", "--workdir", str(scratch)]
+    if not settings.network:
+        argv += ["--net", "--network", "none"]  # loopback only
+    argv += ["--memory", str(settings.memory_mb * 1024 * 1024), "--pids-limit", str(settings.pids),
+             "--cpus", f"{settings.cpus:g}"]
+    return argv + [image, "bash", "-c", command]
+
+
+def _host_env(executable: str) -> dict[str, str]:
+    """The apptainer process's own environment: sanitized (no host secrets), with the variables
+    the container should see passed the documented way (--cleanenv keeps APPTAINERENV_*)."""
+    prefix = "SINGULARITYENV_" if Path(executable).name.startswith("singularity") else "APPTAINERENV_"
+    kept = {name: os.environ[name] for name in _PASS_THROUGH if name in os.environ}
+    inside = {"TERM": "dumb", "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+    return sanitized_env(os.environ.get("HOME") or "/root", {**kept, **{prefix + k: v for k, v in inside.items()}})
+
+
+class SingularitySandbox(Sandbox):
+    """One session; `cwd` and every path are as seen inside the container."""
+
+    def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, executable: str,
+                 image: str, cwd: str) -> None:
+        self.session_id, self.state_dir, self.cwd, self.image = session_id, state_dir, cwd, image
+        self.settings, self.executable = settings, executable
+        self.workdir, self.scratch = state_dir / "work", state_dir / "scratch"
+        for folder in (self.workdir, self.scratch, state_dir / "logs"):
+            folder.mkdir()
+        self.env = _host_env(executable)
+        self.jobs = BackgroundJobs(state_dir / "logs", settings.output_cap_bytes)
+        self._exec_groups: set[int] = set()
+        self._closed = False
+
+    def _argv(self, command: str) -> list[str]:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.session_id!r} is closed")
+        self.workdir.mkdir(exist_ok=True)  # apptainer refuses to bind a missing folder
+        return apptainer_argv(self.executable, self.image, self.cwd, self.workdir, self.scratch, self.settings,
+                              command)
+
+    def _remember_group(self, pgid: int) -> None:
+        with open(self.state_dir / "groups", "a") as groups:  # for the reaper, should this process die
+            groups.write(f"{pgid}\n")
+
+    def exec(self, command: str, timeout: float | None = None) -> ExecResult:
+        timeout = self.settings.command_timeout_s if timeout is None else float(timeout)
+        if timeout <= 0:
+            raise SandboxError("timeout must be positive")
+        result, pgid = run_command(self._argv(command), str(self.state_dir), self.env, timeout,
+                                   self.settings.output_cap_bytes)
+        if group_alive(pgid):
+            self._exec_groups.add(pgid)
+            self._remember_group(pgid)
+        return result
+
+    def spawn(self, command: str) -> int:
+        process_id = self.jobs.start(command, self._argv(command), str(self.state_dir), self.env)
+        self._remember_group(self.jobs.jobs[process_id].proc.pid)
+        return process_id
+
+    def poll(self, process_id: int) -> ProcessStatus:
+        return self.jobs.poll(process_id)
+
+    def kill(self, process_id: int) -> ProcessStatus:
+        return self.jobs.kill(process_id)
+
+    def processes(self) -> list[ProcessStatus]:
+        return self.jobs.statuses()
+
+    def _inside(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.cwd, path))
+
+    def _host_path(self, inside: str) -> Path | None:
+        """Where a path under the bound working directory lives on the host; None elsewhere, and for
+        links leading out of it (they are only safe to follow inside the container)."""
+        if inside != self.cwd and not inside.startswith(self.cwd.rstrip("/") + "/"):
+            return None
+        root = self.workdir.resolve()
+        host = (root / posixpath.relpath(inside, self.cwd)).resolve()  # follows links made by commands
+        if not host.is_relative_to(root):
+            return None
+        if host.is_dir():
+            raise SandboxError(f"{inside!r} is a directory")
+        return host
+
+    def read_file(self, path: str) -> bytes:
+        inside = self._inside(path)
+        host = self._host_path(inside)
+        if host is not None:
+            return host.read_bytes()
+        command = '[ -e "$0" ] || exit 2; [ -d "$0" ] && exit 3; exec cat -- "$0"'
+        argv = self._argv(command) + [inside]  # bash -c COMMAND $0: the path, never parsed by a shell
+        try:
+            done = subprocess.run(argv, capture_output=True, env=self.env, cwd=self.state_dir, timeout=FILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise SandboxError(f"reading {inside!r} timed out after {FILE_TIMEOUT_S:.0f} s") from exc
+        if done.returncode == 2:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), inside)
+        if done.returncode != 0:
+            detail = "it is a directory" if done.returncode == 3 else done.stderr.decode(errors="replace").strip()
+            raise SandboxError(f"could not read {inside!r}: {detail}")
+        return done.stdout
+
+    def write_file(self, path: str, data: bytes) -> str:
+        self._argv("true")  # refuses closed sandboxes
+        inside = self._inside(path)
+        host = self._host_path(inside)
+        if host is None:
+            raise SandboxError(f"cannot write {inside!r}: the image is read-only; only files under the working "
+                               f"directory {self.cwd} persist (not through links leading elsewhere)")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(data)
+        return inside
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.jobs.kill_all()
+        for pgid in self._exec_groups:
+            if group_alive(pgid):
+                kill_process_group(pgid)
+        remove_tree(self.state_dir)
+
+
+def _kill_recorded_groups(state_dir: Path) -> None:
+    try:
+        recorded = {int(line) for line in (state_dir / "groups").read_text().split()}
+    except (OSError, ValueError):
+        return
+    for pgid in recorded:
+        # A live group still holds its pgid, so no unrelated process can have taken that number.
+        if group_alive(pgid):
+            kill_process_group(pgid)
+
+
+class SingularityBackend(SandboxBackend):
+    name = "singularity"
+
+    def __init__(self, settings: SandboxSettings | None = None) -> None:
+        self.settings = settings or SandboxSettings()
+        self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-singularity")
+
+    def _image_problem(self, image: str | None) -> str | None:
+        if not image:
+            return "the singularity backend needs an image for every sample (a SIF file, a sandbox folder or a ref)"
+        if is_remote(image):
+            if self.settings.allow_pull:
+                return None  # apptainer pulls it into its cache on first use
+            return (f"image {image!r} is not a local file and pulling is not allowed; pull it first "
+                    f"(`apptainer pull image.sif {image}`) or allow pulls (HERMES_SANDBOX_ALLOW_PULL=1)")
+        if "://" in image:
+            return f"image {image!r}: unsupported scheme (use a local path or one of {', '.join(PULL_SCHEMES)})"
+        if not Path(image).expanduser().exists():
+            return f"image {image!r}: no such file or folder ({Path(image).expanduser().absolute()})"
+        return None
+
+    def preflight(self, images: set[str]) -> list[str]:
+        problems = []
+        executable = find_executable()
+        if executable is None:
+            configured = os.environ.get(EXECUTABLE_ENV, "").strip()
+            where = f"${EXECUTABLE_ENV}={configured!r} was not found" if configured else \
+                "no `apptainer` or `singularity` on PATH"
+            problems.append(f"singularity backend: {where}; {_INSTALL_HINT}")
+        else:
+            try:
+                done = subprocess.run([executable, "--version"], capture_output=True, timeout=30,
+                                      env=sanitized_env(os.environ.get("HOME") or "/root"))
+                if done.returncode != 0:
+                    problems.append(f"singularity backend: `{executable} --version` failed: "
+                                    f"{done.stderr.decode(errors='replace').strip()}")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"singularity backend: `{executable} --version` failed: {exc}")
+        return problems + [problem for image in sorted(images, key=str) if (problem := self._image_problem(image))]
+
+    def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> SingularitySandbox:
+        problem = self._image_problem(image)
+        if problem:
+            raise SandboxError(problem)
+        assert image is not None
+        executable = find_executable()
+        if executable is None:
+            raise SandboxError(f"singularity backend: no apptainer/singularity executable; {_INSTALL_HINT}")
+        inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
+        if inside == "/" or any(char in inside for char in ":,"):
+            raise SandboxError(f"cwd {cwd!r} cannot be a working directory (not '/', no ':' or ',': bind syntax)")
+        if not is_remote(image):
+            image = str(Path(image).expanduser().absolute())  # commands run from the state folder
+        self.state_root.mkdir(parents=True, exist_ok=True)
+        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
+        try:
+            write_owner(state_dir, session_id)
+            if any(char in str(state_dir) for char in ":,"):
+                raise SandboxError(f"the state folder {state_dir} must not contain ':' or ',' (bind syntax)")
+            return SingularitySandbox(session_id, state_dir, self.settings, executable, image, inside)
+        except BaseException:
+            remove_tree(state_dir)
+            raise
+
+    def reap(self) -> int:
+        """Remove state folders of sessions whose owner died, after killing their containers."""
+        removed = 0
+        for state_dir in self.state_root.glob("*") if self.state_root.is_dir() else ():
+            if state_dir.is_dir() and orphaned(state_dir):
+                _kill_recorded_groups(state_dir)
+                remove_tree(state_dir)
+                removed += 1
+        return removed

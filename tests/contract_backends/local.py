@@ -1,0 +1,31 @@
+"""The `local` backend (bubblewrap) under the sandbox contract, with the debootstrapped test rootfs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hermes_core.sandbox import SandboxSettings
+from hermes_core.sandbox.bubblewrap import BubblewrapBackend, image_dir_name, session_leftovers
+
+IMAGE = "hermes-test/bookworm:latest"
+ROOTFS = Path("/var/cache/hermes-foundry/rootfs/bookworm")  # built by scripts/test_images.sh
+
+
+def image_root(tmp_path: Path) -> Path:
+    """A folder of prepared root filesystems holding the test image (as a symlink to the cached rootfs)."""
+    root = tmp_path / "images"
+    link = root / image_dir_name(IMAGE)
+    if not link.is_symlink():
+        root.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(ROOTFS)
+    return root
+
+
+def make_backend(tmp_path: Path, **settings) -> BubblewrapBackend:
+    # No skips: bubblewrap and the rootfs can always be installed here; opening then fails with the
+    # pre-flight message that says how.
+    return BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state", image_root=image_root(tmp_path), **settings))
+
+
+def leftovers(tmp_path: Path) -> list[str]:
+    return session_leftovers(tmp_path / "state")

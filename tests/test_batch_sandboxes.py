@@ -1,0 +1,108 @@
+"""Sandboxes seen from a batch run: images and cwd per row, pre-flight, crash safety, reaping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_assets.cli import batch_main
+from test_batch_cli import ledger_records, read_jsonl, write_dataset
+from test_sandbox_contract import host_processes_with, marker
+
+BIN = Path(sys.executable).parent
+TEST_IMAGE = "hermes-test/bookworm:latest"
+
+
+def run(dataset: Path, url: str, *extra: str, run_name: str = "sb") -> int:
+    return batch_main([f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
+                       "--distribution=terminal_only", "--max_retries=0", *extra])
+
+
+def tool_outputs(rows: list[dict]) -> list[str]:
+    return [turn["value"] for row in rows for turn in row["conversations"] if turn["from"] == "tool"]
+
+
+@pytest.fixture()
+def local_images(isolated_homes, monkeypatch):
+    import contract_backends.local as local_contract
+
+    backend = local_contract.make_backend(isolated_homes)  # skips only where no rootfs can exist
+    monkeypatch.setenv("HERMES_SANDBOX_IMAGE_ROOT", str(backend.settings.image_root))
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(isolated_homes / "sandboxes"))
+    return backend
+
+
+@pytest.mark.parametrize("backend_name", ["local", "docker"])
+def test_a_row_with_image_and_cwd_runs_its_tools_inside_that_image(isolated_homes, sim_url, monkeypatch, backend_name):
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(isolated_homes / "sandboxes"))
+    contract = __import__(f"contract_backends.{backend_name}", fromlist=["make_backend"])
+    backend = contract.make_backend(isolated_homes)
+    if backend.settings.image_root:
+        monkeypatch.setenv("HERMES_SANDBOX_IMAGE_ROOT", str(backend.settings.image_root))
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": "Where am I? [sim:command=pwd && grep VERSION_CODENAME /etc/os-release]",
+         "image": TEST_IMAGE, "cwd": "/srv/app"},
+        {"prompt": "And here? [sim:command=pwd]"} if backend_name == "local" else
+        {"prompt": "And here? [sim:command=pwd]", "image": TEST_IMAGE},
+    ])
+    assert run(dataset, sim_url, f"--sandbox_backend={backend_name}") == 0
+    run_dir = isolated_homes / "data" / "sb"
+    outputs = tool_outputs(read_jsonl(run_dir / "trajectories.jsonl"))
+    assert "/srv/app" in outputs[0] and "VERSION_CODENAME=bookworm" in outputs[0]
+    assert "/workspace" in outputs[1]
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["sandbox"]["backend"] == backend_name and stats["sandbox"]["created"] == 2
+    assert stats["sandbox"]["failed"] == 0
+
+
+def test_missing_images_stop_the_run_at_preflight_listing_all(isolated_homes, sim_url, local_images, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": "ok", "image": TEST_IMAGE},
+        {"prompt": "a", "image": "nosuch/one:1"},
+        {"prompt": "b", "image": "nosuch/two:2"},
+    ])
+    assert run(dataset, sim_url) != 0
+    err = capsys.readouterr().err
+    assert "pre-flight" in err and "nosuch/one:1" in err and "nosuch/two:2" in err
+    assert TEST_IMAGE not in err.split("pre-flight", 1)[1]
+    assert ledger_records(isolated_homes / "data" / "sb") == []
+
+
+def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_reaps(
+        isolated_homes, sim_server, local_images):
+    tag = marker()
+    dataset = write_dataset(isolated_homes / "d.jsonl",
+                            [{"prompt": f"Wait [sim:command=sleep {tag}]"}, {"prompt": f"Wait more [sim:command=sleep {tag}]"}])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    batch = subprocess.Popen(
+        [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=crash", f"--base_url={sim_server.base_url}",
+         "--distribution=terminal_only", "--num_workers=2"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=False)
+    try:
+        deadline = time.monotonic() + 60
+        sleeping = lambda: [p for p in host_processes_with(f"sleep {tag}") if p.startswith("sleep")]  # noqa: E731
+        while len(sleeping()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sleeping()) == 2, "the sandboxed commands never started"
+        batch.send_signal(signal.SIGKILL)
+        batch.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while host_processes_with(f"sleep {tag}") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert host_processes_with(f"sleep {tag}") == []
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+
+    quick = write_dataset(isolated_homes / "q.jsonl", [{"prompt": "hi [sim:command=true]"}])
+    assert run(quick, sim_server.base_url, run_name="after") == 0
+    stats = json.loads((isolated_homes / "data" / "after" / "statistics.json").read_text())
+    assert stats["sandbox"]["reaped_leftovers"] == 2
+    assert not any((isolated_homes / "sandboxes").iterdir()) if (isolated_homes / "sandboxes").exists() else True

@@ -1,0 +1,205 @@
+"""One contract, every backend: what a sample's sandbox must guarantee (SPEC §6)."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from contract_backends import BACKENDS
+from hermes_core.sandbox import SandboxBackend, SandboxError
+
+
+def _contract(name: str):
+    return importlib.import_module(f"contract_backends.{name}")
+
+
+@pytest.fixture(params=BACKENDS)
+def contract(request):
+    return _contract(request.param)
+
+
+@pytest.fixture()
+def make(contract, tmp_path):
+    """make(**settings) -> an opened sandbox with the contract image; closed at teardown."""
+    opened = []
+
+    def open_sandbox(cwd: str | None = None, image: str | None = "default", **settings):
+        backend: SandboxBackend = contract.make_backend(tmp_path, **settings)
+        sandbox = backend.open(f"contract-{uuid.uuid4().hex[:8]}", contract.IMAGE if image == "default" else image, cwd)
+        opened.append(sandbox)
+        return sandbox
+
+    yield open_sandbox
+    for sandbox in opened:
+        sandbox.close()
+
+
+def marker() -> str:
+    """A sleep duration no other process on the machine uses, to find leftovers by command line."""
+    return f"{4000 + uuid.uuid4().int % 5000}.{uuid.uuid4().int % 1000:03d}"
+
+
+def host_processes_with(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            status = (cmdline.parent / "status").read_text()
+        except OSError:
+            continue
+        if text in raw and "State:\tZ" not in status:
+            found.append(raw)
+    return found
+
+
+def test_exec_reports_output_and_exit_code(make):
+    sandbox = make()
+    ok = sandbox.exec("echo hello && echo oops >&2")
+    assert ok.exit_code == 0 and "hello" in ok.output and "oops" in ok.output
+    assert sandbox.exec("exit 3").exit_code == 3
+
+
+def test_network_is_unreachable_by_default(make):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    threading.Thread(target=lambda: listener.accept(), daemon=True).start()
+    try:
+        result = make().exec(
+            f"python3 -c \"import socket; s=socket.socket(); s.settimeout(2); s.connect(('127.0.0.1', {port})); print('CONNECTED')\""
+        )
+    finally:
+        listener.close()
+    assert "CONNECTED" not in result.output and result.exit_code != 0
+
+
+def test_host_files_are_invisible_and_unwritable(make, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("TOP-SECRET")
+    sandbox = make()
+    assert "TOP-SECRET" not in sandbox.exec(f"cat {secret}").output
+    probe = f"/usr/hermes-probe-{uuid.uuid4().hex[:6]}"
+    sandbox.exec(f"echo x > {probe}; touch /etc/hermes-probe")
+    assert not Path(probe).exists() and not Path("/etc/hermes-probe").exists()
+
+
+def test_cwd_is_honoured_without_an_image(make):
+    sandbox = make(cwd="/app", image=None) if _supports_no_image(make) else make(cwd="/app")
+    assert sandbox.exec("pwd").output.strip() == "/app"
+    assert sandbox.cwd == "/app"
+
+
+def _supports_no_image(make) -> bool:
+    try:
+        make(image=None).close()
+        return True
+    except SandboxError:
+        return False
+
+
+def test_cwd_is_honoured_with_an_image(make, contract):
+    if contract.IMAGE is None:
+        pytest.skip("this backend's contract runs without an image")
+    sandbox = make(cwd="/srv/project")
+    assert sandbox.exec("pwd").output.strip() == "/srv/project"
+    assert "bookworm" in sandbox.exec("cat /etc/os-release").output  # inside the image's userland
+
+
+def test_files_written_by_tools_are_visible_to_commands_and_back(make):
+    sandbox = make(cwd="/work")
+    sandbox.write_file("notes/a.txt", b"from the tool\n")
+    assert sandbox.exec("cat notes/a.txt").output.strip() == "from the tool"
+    sandbox.exec("echo from the shell > b.txt")
+    assert sandbox.read_file("b.txt") == b"from the shell\n"
+    assert sandbox.read_file("/work/notes/a.txt") == b"from the tool\n"
+    with pytest.raises((FileNotFoundError, SandboxError)):
+        sandbox.read_file("missing.txt")
+
+
+def test_sessions_do_not_share_files(make):
+    first, second = make(), make()
+    first.exec("echo mine > private.txt")
+    assert second.exec("cat private.txt").exit_code != 0
+
+
+def test_timeout_kills_the_whole_tree_and_the_session_stays_usable(make):
+    sandbox = make()
+    tag = marker()
+    started = time.monotonic()
+    result = sandbox.exec(f"(setsid sh -c 'sleep {tag}' &); sleep {tag}", timeout=1)
+    assert result.timed_out and time.monotonic() - started < 10
+    time.sleep(0.5)
+    assert host_processes_with(f"sleep {tag}") == []
+    assert sandbox.exec("echo still here").output.strip() == "still here"
+
+
+def test_background_jobs_do_not_hang_exec(make):
+    sandbox = make()
+    tag = marker()
+    started = time.monotonic()
+    result = sandbox.exec(f"(sleep {tag} &); echo started")
+    assert "started" in result.output and time.monotonic() - started < 5
+
+
+def test_spawn_poll_kill(make):
+    sandbox = make()
+    process_id = sandbox.spawn("echo begun; sleep 60")
+    deadline = time.monotonic() + 5
+    while "begun" not in sandbox.poll(process_id).output and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox.poll(process_id).running and "begun" in sandbox.poll(process_id).output
+    stopped = sandbox.kill(process_id)
+    assert not stopped.running
+    assert [p.process_id for p in sandbox.processes()] == [process_id]
+
+
+def test_memory_limit_is_enforced(make):
+    sandbox = make(memory_mb=128)
+    result = sandbox.exec("python3 -c \"x = bytearray(512 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('ALLOCATED')\"")
+    assert "ALLOCATED" not in result.output and result.exit_code != 0
+
+
+def test_process_count_limit_is_enforced(make):
+    sandbox = make(pids=32)
+    # Python rather than a shell loop: bash retries a refused fork for ~15 s before giving up.
+    script = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print('FORKED', n, flush=True)\n"
+    )
+    sandbox.write_file("forks.py", script.encode())
+    result = sandbox.exec("python3 forks.py", timeout=20)
+    forked = int(result.output.split("FORKED", 1)[1].split()[0])
+    assert 0 < forked < 32
+
+
+def test_nothing_is_left_behind_after_close(make, contract, tmp_path):
+    sandbox = make()
+    tag = marker()
+    sandbox.spawn(f"sleep {tag}")
+    sandbox.exec(f"(setsid sleep {tag} > /dev/null 2>&1 &); echo detached")
+    time.sleep(0.3)
+    sandbox.close()
+    time.sleep(0.5)
+    assert host_processes_with(f"sleep {tag}") == []
+    sandbox.close()  # idempotent
+    with pytest.raises(SandboxError):
+        sandbox.exec("true")
+    if hasattr(contract, "leftovers"):
+        assert contract.leftovers(tmp_path) == []
