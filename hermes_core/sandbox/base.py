@@ -11,9 +11,11 @@ import abc
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Mapping, TypeVar
 
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
+Job = TypeVar("Job")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,14 @@ class ProcessStatus:
     exit_code: int | None
     output: str  # the tail of its output, capped
     truncated: bool = False
+
+
+def find_job(jobs: Mapping[int, Job], process_id: int) -> Job:
+    """A session's background command `process_id`; a SandboxError naming the known ones if there is none."""
+    if process_id not in jobs:
+        known = ", ".join(map(str, jobs)) or "none"
+        raise SandboxError(f"no background process {process_id} (known: {known})")
+    return jobs[process_id]
 
 
 class Sandbox(abc.ABC):

@@ -28,11 +28,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, detect, session_names
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, orphaned, owner_alive, owner_record,
-                                           pin_namespace, remove_tree, run_command, sanitized_env, write_owner)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive,
+                                           owner_record, pin_namespace, remove_tree, run_command, sanitized_env,
+                                           write_owner)
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -82,7 +83,7 @@ def host_layout() -> tuple[str, ...]:
     return tuple(args)
 
 
-class BubblewrapSandbox(Sandbox):
+class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
@@ -159,15 +160,6 @@ class BubblewrapSandbox(Sandbox):
         argv = self._argv([self.shell, "-c", command])
         return self.jobs.start(command, argv, str(self.state_dir), self.env, tuple(self._fds.values()))
 
-    def poll(self, process_id: int) -> ProcessStatus:
-        return self.jobs.poll(process_id)
-
-    def kill(self, process_id: int) -> ProcessStatus:
-        return self.jobs.kill(process_id)
-
-    def processes(self) -> list[ProcessStatus]:
-        return self.jobs.statuses()
-
     def _checked(self, path: str, done: subprocess.CompletedProcess) -> None:
         message = done.stderr.decode(errors="replace").strip()
         if done.returncode == _MISSING:
@@ -186,11 +178,7 @@ class BubblewrapSandbox(Sandbox):
         self._checked(path, self._run(["/bin/sh", "-c", _WRITE, "sh", path], data))
         return posixpath.normpath(posixpath.join(self.cwd, path))
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.jobs.kill_all()
+    def _release(self) -> None:
         if self.cgroup is not None:
             self.cgroup.kill_all()  # anything else still in the session, however it detached
         for fd in self._fds.values():

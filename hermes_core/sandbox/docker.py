@@ -27,12 +27,14 @@ from dataclasses import dataclass
 import docker
 from docker.errors import ImageNotFound, NotFound
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.docker_engine import (connect, engine_errors, engine_location, put_archive,
                                                path_stat, read_archive_file, tar_of, unix_mode)
-from hermes_core.sandbox.docker_exec import (POLL_SCRIPT, SPAWN_SCRIPT, STRAGGLER_NOTE, kill_tagged, new_tag, parse_poll,
-                                             run_exec, start_detached, user_argv)
+from hermes_core.sandbox.docker_exec import (POLL_SCRIPT, SPAWN_SCRIPT, kill_tagged, new_tag, parse_poll, run_exec,
+                                             start_detached, user_argv)
+from hermes_core.sandbox.output import STRAGGLER_NOTE
 from hermes_core.sandbox.processes import owner_alive, process_start_time
+from hermes_core.sandbox.tagged import TaggedSandbox, tag_marker
 
 LABEL_RUN, LABEL_SESSION, LABEL_OWNER = "hermes-foundry.run", "hermes-foundry.session", "hermes-foundry.owner"
 SANDBOX_UID = 65534
@@ -55,17 +57,13 @@ class _Job:
     killed: bool = False
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(TaggedSandbox):
     def __init__(self, api: docker.APIClient, container_id: str, session_id: str, cwd: str,
                  settings: SandboxSettings) -> None:
         self.api, self.container_id, self.session_id, self.cwd = api, container_id, session_id, cwd
         self.settings = settings
-        self._jobs: dict[int, _Job] = {}
+        self.jobs: dict[int, _Job] = {}
         self._closed = False
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.session_id!r} is closed")
 
     def _ensure_cwd(self) -> None:
         self._check_open()
@@ -105,26 +103,19 @@ class DockerSandbox(Sandbox):
 
     def spawn(self, command: str) -> int:
         self._ensure_cwd()
-        process_id = len(self._jobs) + 1  # small ids, easy for a model to quote
+        process_id = len(self.jobs) + 1  # small ids, easy for a model to quote
         job = _Job(command, new_tag())
         argv = ["/bin/sh", "-c", SPAWN_SCRIPT, "sh", JOBS_DIR, str(process_id), *user_argv(command)]
         with engine_errors("starting a background command"):
             start_detached(self.api, self.container_id, argv, user=SANDBOX_USER, workdir=self.cwd,
                            env=self._env(), tag=job.tag)
-        self._jobs[process_id] = job
+        self.jobs[process_id] = job
         return process_id
-
-    def _job(self, process_id: int) -> _Job:
-        self._check_open()
-        if process_id not in self._jobs:
-            known = ", ".join(map(str, self._jobs)) or "none"
-            raise SandboxError(f"no background process {process_id} (known: {known})")
-        return self._jobs[process_id]
 
     def poll(self, process_id: int) -> ProcessStatus:
         job, cap = self._job(process_id), self.settings.output_cap_bytes
-        outcome = self._run(["/bin/sh", "-c", POLL_SCRIPT, "sh", JOBS_DIR, str(process_id), str(cap), job.tag],
-                            HELPER_TIMEOUT_S, 2 * cap + 4096, workdir="/")
+        argv = ["/bin/sh", "-c", POLL_SCRIPT, "sh", JOBS_DIR, str(process_id), str(cap), tag_marker(job.tag)]
+        outcome = self._run(argv, HELPER_TIMEOUT_S, 2 * cap + 4096, workdir="/")
         parsed = parse_poll(bytes(outcome.buffer.head + outcome.buffer.tail), cap)
         if outcome.exit_code != 0 or parsed is None:
             raise SandboxError(f"could not read the state of background process {process_id}: "
@@ -146,19 +137,12 @@ class DockerSandbox(Sandbox):
         job.killed = True
         return self.poll(process_id)
 
-    def processes(self) -> list[ProcessStatus]:
-        return [self.poll(process_id) for process_id in sorted(self._jobs)]
-
-    def _resolve(self, path: str) -> str:
-        self._check_open()
-        return posixpath.normpath(posixpath.join(self.cwd, path))
-
     def read_file(self, path: str) -> bytes:
         with engine_errors(f"reading {path!r}"):
-            return read_archive_file(self.api, self.container_id, self._resolve(path))
+            return read_archive_file(self.api, self.container_id, self._inside(path))
 
     def write_file(self, path: str, data: bytes) -> str:
-        target = self._resolve(path)
+        target = self._inside(path)
         parent, name = posixpath.split(target)
         if not name:
             raise SandboxError(f"{path!r} is a directory")

@@ -1,10 +1,8 @@
 """Commands inside a docker sandbox: `docker exec` with a timeout, capped output and reliable kills.
 
-The engine has no exec timeout and no way to kill an exec, so every exec is tagged: its processes
-carry `HERMES_EXEC=<tag>` in their environment, which every child inherits (also double-forked,
-`setsid` ones). Killing an exec means killing every process of the container whose
-/proc/<pid>/environ holds the tag, from a second exec running as the same user; the container and
-its other processes stay usable.
+The engine has no exec timeout and no way to kill an exec, so every exec is tagged
+(`hermes_core.sandbox.tagged`): killing an exec means killing every process of the container that
+carries its tag, from a second exec running as the same user.
 """
 
 from __future__ import annotations
@@ -19,41 +17,25 @@ from dataclasses import dataclass
 
 from docker import APIClient
 
-# The package's streaming head+tail buffer and its truncation marker, shared by every backend.
-from hermes_core.sandbox.processes import _CappedBuffer, _join, truncate_output
+from hermes_core.sandbox.output import CappedBuffer, log_text
+from hermes_core.sandbox.processes import DRAIN_GRACE_S
+from hermes_core.sandbox.tagged import kill_argv, tag_marker, tagged_env
 
-TAG_VAR = "HERMES_EXEC"
-DRAIN_GRACE_S = 0.5  # how long background children may hold the output open after the command exited
 INSPECT_EVERY_S = 0.1  # how often to ask the engine whether the command has exited
 KILL_TIMEOUT_S = 10.0
-STRAGGLER_NOTE = ("\n[note: processes left running in the background kept this command's output open and were "
-                  "stopped when the command finished; start long-running commands as background processes]")
 
 # bash when the image has it (what models expect), else POSIX sh; stderr joins stdout in order.
 RUN_SCRIPT = 'exec 2>&1; if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi; exec /bin/sh -c "$1"'
-
-# Kill every process carrying the tag; repeat until a scan finds none (children forked meanwhile).
-KILL_SCRIPT = r"""
-tag="HERMES_EXEC=$1"; round=0
-while [ $round -lt 50 ]; do
-  found=
-  for f in $(grep -lzxF -- "$tag" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null && found=1
-  done
-  [ -n "$found" ] || exit 0
-  round=$((round + 1))
-done
-exit 1
-"""
 
 # Background command: output to a log, exit code to a file once it ends (renamed: never read half-written).
 SPAWN_SCRIPT = ('d=$1; n=$2; shift 2; "$@" > "$d/$n.log" 2>&1 < /dev/null; '
                 'echo $? > "$d/$n.exit.tmp"; mv -f "$d/$n.exit.tmp" "$d/$n.exit"')
 # Status line ("exit N" | "running" | "gone"), log size, then the log (head and tail only when too big).
+# $4: the tag's marker (`tag_marker`).
 POLL_SCRIPT = r"""
-d=$1; n=$2; cap=$3; tag="HERMES_EXEC=$4"
+d=$1; n=$2; cap=$3; marker=$4
 if [ -s "$d/$n.exit" ]; then echo "exit $(cat "$d/$n.exit")"
-elif grep -qzxF -- "$tag" /proc/[0-9]*/environ 2>/dev/null; then echo running
+elif grep -qzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null; then echo running
 elif [ -s "$d/$n.exit" ]; then echo "exit $(cat "$d/$n.exit")"
 else echo gone; fi
 size=$(wc -c < "$d/$n.log" 2>/dev/null || echo 0); echo "$size"
@@ -72,7 +54,7 @@ def user_argv(command: str) -> list[str]:
 
 @dataclass
 class ExecOutcome:
-    buffer: _CappedBuffer
+    buffer: CappedBuffer
     exit_code: int | None  # None when the command timed out
     timed_out: bool
     stragglers: bool  # background children held the output open after the command exited
@@ -114,9 +96,9 @@ def run_exec(api: APIClient, container_id: str, argv: list[str], *, user: str, w
     """Run `argv` tagged with `tag`; reading stops at EOF, at the timeout (every tagged process is
     killed) or shortly after the command exited while children still hold its output."""
     exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user, workdir=workdir,
-                              environment={**env, TAG_VAR: tag})["Id"]
+                              environment=tagged_env(tag, env))["Id"]
     sock = api.exec_start(exec_id, socket=True)
-    buffer, frames = _CappedBuffer(cap), _Frames()
+    buffer, frames = CappedBuffer(cap), _Frames()
     started = time.monotonic()
     deadline, drain_until, next_inspect = started + timeout, None, started + INSPECT_EVERY_S
     exit_code: int | None = None
@@ -165,7 +147,7 @@ def start_detached(api: APIClient, container_id: str, argv: list[str], *, user: 
                    env: dict[str, str], tag: str) -> None:
     """Start `argv` tagged with `tag` and return at once (background commands)."""
     exec_id = api.exec_create(container_id, argv, stdout=False, stderr=False, user=user, workdir=workdir,
-                              environment={**env, TAG_VAR: tag})["Id"]
+                              environment=tagged_env(tag, env))["Id"]
     api.exec_start(exec_id, detach=True)
 
 
@@ -174,7 +156,7 @@ def kill_tagged(api: APIClient, container_id: str, tag: str, user: str) -> None:
     needs no capability). If the container cannot start even that exec (e.g. its pids limit is
     exhausted), fall back to killing from the host, where the engine runs on this machine."""
     try:
-        outcome = run_exec(api, container_id, ["/bin/sh", "-c", KILL_SCRIPT, "sh", tag], user=user, workdir="/",
+        outcome = run_exec(api, container_id, kill_argv(tag), user=user, workdir="/",
                            env={}, tag=new_tag(), timeout=KILL_TIMEOUT_S, cap=4096, kill_leftovers=False)
         if outcome.exit_code == 0:
             return
@@ -184,7 +166,7 @@ def kill_tagged(api: APIClient, container_id: str, tag: str, user: str) -> None:
 
 
 def _kill_tagged_from_host(api: APIClient, container_id: str, tag: str) -> None:
-    marker = f"{TAG_VAR}={tag}".encode()
+    marker = tag_marker(tag).encode()
     for _ in range(20):
         try:
             top = api.top(container_id, ps_args="-eo pid")
@@ -210,7 +192,4 @@ def parse_poll(raw: bytes, cap: int) -> tuple[bytes, str, bool] | None:
     status, size, payload = (raw.split(b"\n", 2) + [b"", b""])[:3]
     if not size.strip().isdigit():
         return None
-    omitted = int(size) - cap
-    if omitted > 0:
-        return status, _join(payload[: cap // 2], payload[cap // 2:], omitted), True
-    return status, *truncate_output(payload, cap)
+    return status, *log_text(payload, int(size), cap)

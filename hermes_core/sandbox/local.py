@@ -14,8 +14,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
-from hermes_core.sandbox.processes import (BackgroundJobs, group_alive, kill_process_group, orphaned, remove_tree,
+from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, orphaned, remove_tree,
                                            run_command, sanitized_env, shell_argv, write_owner)
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
@@ -26,7 +26,7 @@ def session_prefix(session_id: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48] or "session") + "-"
 
 
-class PlainSandbox(Sandbox):
+class PlainSandbox(BackgroundJobsMixin, Sandbox):
     """A session on the host: commands run in `workdir` (a private temporary folder) as this user.
     File tools are confined to the workdir; commands are not (that is what `plain` means)."""
 
@@ -42,7 +42,6 @@ class PlainSandbox(Sandbox):
         self.cwd = str(target)
         self.env = sanitized_env(str(self.workdir))
         self.jobs = BackgroundJobs(state_dir, self.output_cap)  # logs outside the workdir: commands can't clobber them
-        self._exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._closed = False
 
     def _check_open(self) -> None:
@@ -57,21 +56,12 @@ class PlainSandbox(Sandbox):
             raise SandboxError("timeout must be positive")
         result, pgid = run_command(shell_argv(command), self.cwd, self.env, timeout, self.output_cap)
         if group_alive(pgid):  # e.g. `server > log 2>&1 &` outlives the command; close() stops it
-            self._exec_groups.add(pgid)
+            self.jobs.exec_groups.add(pgid)
         return result
 
     def spawn(self, command: str) -> int:
         self._check_open()
         return self.jobs.start(command, shell_argv(command), self.cwd, self.env)
-
-    def poll(self, process_id: int) -> ProcessStatus:
-        return self.jobs.poll(process_id)
-
-    def kill(self, process_id: int) -> ProcessStatus:
-        return self.jobs.kill(process_id)
-
-    def processes(self) -> list[ProcessStatus]:
-        return self.jobs.statuses()
 
     def _resolve(self, path: str) -> Path:
         self._check_open()
@@ -92,14 +82,7 @@ class PlainSandbox(Sandbox):
         resolved.write_bytes(data)
         return str(resolved)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.jobs.kill_all()
-        for pgid in self._exec_groups:
-            if group_alive(pgid):
-                kill_process_group(pgid)
+    def _release(self) -> None:
         remove_tree(self.workdir)
         remove_tree(self.state_dir)
 

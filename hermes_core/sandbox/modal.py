@@ -3,8 +3,8 @@
 Limits go through the SDK: network blocked (`block_network`), CPU and memory as (request, limit)
 pairs, so they are hard limits rather than burstable requests, and a session lifetime (`timeout`).
 Modal has no process-count limit, so every command runs under `ulimit -u <pids>` (RLIMIT_NPROC
-applies to root in Modal's gVisor containers). Commands are tagged like docker execs: their
-processes carry HERMES_EXEC=<tag>, so a timed-out command's whole tree can be killed from a second
+applies to root in Modal's gVisor containers). Commands are tagged like docker execs
+(`hermes_core.sandbox.tagged`), so a timed-out command's whole tree can be killed from a second
 exec, setsid'd children included. Sandboxes are tagged with run, session, owner and host, so a
 reaper on the same host can terminate those of dead owners.
 
@@ -25,25 +25,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
-from hermes_core.sandbox.processes import (_STRAGGLER_NOTE, DRAIN_GRACE_S, _CappedBuffer, _join, owner_alive,
-                                           process_start_time)
+from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, log_text
+from hermes_core.sandbox.processes import DRAIN_GRACE_S, owner_alive, process_start_time
+from hermes_core.sandbox.tagged import TaggedSandbox, kill_argv, tagged_env
 
 APP_NAME = "hermes-foundry"
 DEFAULT_CWD = "/workspace"
 TAG_RUN, TAG_SESSION, TAG_OWNER, TAG_HOST = (f"{APP_NAME}.{key}" for key in ("run", "session", "owner", "host"))
-TAG_VAR = "HERMES_EXEC"
 PREFLIGHT_TIMEOUT_ENV, DEFAULT_PREFLIGHT_TIMEOUT_S = "HERMES_MODAL_PREFLIGHT_TIMEOUT_S", 15.0
 LIFETIME_ENV, DEFAULT_LIFETIME_S = "HERMES_MODAL_SANDBOX_TIMEOUT_S", 3600
 POLL_EVERY_S = 0.2  # each poll is a request to Modal
 KILL_TIMEOUT_S = 30
 LOG_DIR = "/tmp/.hermes-jobs"
 INSTALL_HINT = "the modal backend needs the Modal SDK: pip install modal"
-# Kill every process whose environment holds the tag, until a scan finds none (forks meanwhile).
-KILL_SCRIPT = r"""for round in 1 2 3 4 5; do found=
-  for d in /proc/[0-9]*; do while IFS= read -r -d '' kv; do
-    [ "$kv" = "HERMES_EXEC=$1" ] && { kill -KILL "${d#/proc/}" && found=1; break; }; done < "$d/environ"; done 2>/dev/null
-  [ -n "$found" ] || break; done"""
 # Prints the log's size, then the log itself or its head and tail.
 LOG_SCRIPT = r"""[ -e "$1" ] || { echo 0; exit 0; }; size=$(wc -c < "$1"); echo "$size"
 if [ "$size" -le "$2" ]; then cat -- "$1"; else head -c "$3" -- "$1"; tail -c "$4" -- "$1"; fi"""
@@ -99,16 +94,12 @@ class _Job:
     process: Any
 
 
-class ModalSandbox(Sandbox):
+class ModalSandbox(TaggedSandbox):
     def __init__(self, sdk: Any, sandbox: Any, session_id: str, cwd: str, settings: SandboxSettings) -> None:
         self.sdk, self.sandbox, self.session_id, self.cwd, self.settings = sdk, sandbox, session_id, cwd, settings
         self.jobs: dict[int, _Job] = {}
         self._tags = 0
         self._closed = False
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.session_id!r} is closed")
 
     def _tag(self) -> str:
         self._tags += 1
@@ -118,13 +109,13 @@ class ModalSandbox(Sandbox):
         self._check_open()
         try:
             return self.sandbox.exec("bash", "-c", run_script(self.settings.pids, log), "bash", command,
-                                     timeout=timeout, env={TAG_VAR: tag}, text=False)
+                                     timeout=timeout, env=tagged_env(tag), text=False)
         except Exception as exc:  # noqa: BLE001 - any SDK failure becomes a tool-visible error
             raise SandboxError(f"modal exec failed: {describe(self.sdk, exc)}") from exc
 
     def _kill_tagged(self, tag: str) -> None:
         try:
-            self.sandbox.exec("bash", "-c", KILL_SCRIPT, "bash", tag, timeout=KILL_TIMEOUT_S).wait()
+            self.sandbox.exec(*kill_argv(tag), timeout=KILL_TIMEOUT_S).wait()
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"could not stop the command's processes: {describe(self.sdk, exc)}") from exc
 
@@ -135,7 +126,7 @@ class ModalSandbox(Sandbox):
         tag = self._tag()
         deadline = time.monotonic() + timeout
         process = self._start(command, tag, timeout=math.ceil(timeout))  # Modal's own deadline: a safety net
-        buffer, lock = _CappedBuffer(self.settings.output_cap_bytes), threading.Lock()
+        buffer, lock = CappedBuffer(self.settings.output_cap_bytes), threading.Lock()
 
         def pump(stream: Any) -> None:
             try:
@@ -170,7 +161,7 @@ class ModalSandbox(Sandbox):
             self._kill_tagged(tag)
         with lock:
             output, truncated = buffer.render()
-        return ExecResult(output=output + (_STRAGGLER_NOTE if stragglers else ""), truncated=truncated,
+        return ExecResult(output=output + (STRAGGLER_NOTE if stragglers else ""), truncated=truncated,
                           exit_code=None if timed_out else code, timed_out=timed_out)
 
     def spawn(self, command: str) -> int:
@@ -179,26 +170,16 @@ class ModalSandbox(Sandbox):
         self.jobs[process_id] = _Job(command, tag, log, self._start(command, tag, log=log))
         return process_id
 
-    def _get(self, process_id: int) -> _Job:
-        if process_id not in self.jobs:
-            known = ", ".join(map(str, self.jobs)) or "none"
-            raise SandboxError(f"no background process {process_id} (known: {known})")
-        return self.jobs[process_id]
-
     def _read_log(self, log: str) -> tuple[str, bool]:
         cap = self.settings.output_cap_bytes
         process = self.sandbox.exec("bash", "-c", LOG_SCRIPT, "bash", log, str(cap), str(cap // 2),
                                     str(cap - cap // 2), timeout=KILL_TIMEOUT_S, text=False)
         size, _, payload = process.stdout.read().partition(b"\n")
         process.wait()
-        omitted = int(size or 0) - len(payload)
-        if omitted <= 0:
-            return payload.decode("utf-8", "replace"), False
-        return _join(payload[: cap // 2], payload[cap // 2:], omitted), True
+        return log_text(payload, int(size or 0), cap)
 
     def poll(self, process_id: int) -> ProcessStatus:
-        self._check_open()
-        job = self._get(process_id)
+        job = self._job(process_id)
         try:
             exit_code = job.process.poll()
             output, truncated = self._read_log(job.log)
@@ -208,23 +189,15 @@ class ModalSandbox(Sandbox):
                              exit_code=exit_code, output=output, truncated=truncated)
 
     def kill(self, process_id: int) -> ProcessStatus:
-        self._check_open()
-        job = self._get(process_id)
+        job = self._job(process_id)
         self._kill_tagged(job.tag)
         deadline = time.monotonic() + 5
         while job.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         return self.poll(process_id)
 
-    def processes(self) -> list[ProcessStatus]:
-        return [self.poll(process_id) for process_id in sorted(self.jobs)]
-
-    def _path(self, path: str) -> str:
-        self._check_open()
-        return posixpath.normpath(posixpath.join(self.cwd, path))
-
     def read_file(self, path: str) -> bytes:
-        inside = self._path(path)
+        inside = self._inside(path)
         errors = self.sdk.exception
         try:
             return self.sandbox.filesystem.read_bytes(inside)
@@ -234,7 +207,7 @@ class ModalSandbox(Sandbox):
             raise SandboxError(f"could not read {inside!r}: {describe(self.sdk, exc)}") from exc
 
     def write_file(self, path: str, data: bytes) -> str:
-        inside = self._path(path)
+        inside = self._inside(path)
         try:
             self.sandbox.filesystem.write_bytes(data, inside)  # creates parent folders
         except Exception as exc:  # noqa: BLE001

@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError
+from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
+# truncate_output: also imported from here by callers outside the package (hermes_core.tools.code).
+from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, read_capped_file, truncate_output  # noqa: F401
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a process group
 DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after the shell exited
 STALE_STATE_S = 60.0  # a session state folder without a readable owner file is only reaped after this long
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SHELL = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
-_STRAGGLER_NOTE = ("\n[note: processes left running in the background kept this command's output open and were "
-                   "stopped when the command finished; start long-running commands as background processes]")
 
 
 def shell_argv(command: str) -> list[str]:
@@ -37,54 +37,6 @@ def sanitized_env(home: str, extra: dict[str, str] | None = None) -> dict[str, s
            "TERM": "dumb",  # no colours or pagers in captured output
            "PYTHONUNBUFFERED": "1"}  # so output written before a timeout kill is not lost
     return {**env, **(extra or {})}
-
-
-def _join(head: bytes, tail: bytes, omitted: int) -> str:
-    marker = f"\n...[output truncated: {omitted} bytes omitted]...\n"
-    return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
-
-
-class _CappedBuffer:
-    """Head and tail of a stream of unknown length, never holding more than `cap` bytes."""
-
-    def __init__(self, cap: int) -> None:
-        self.head_limit, self.tail_limit = cap // 2, cap - cap // 2
-        self.head, self.tail, self.total = bytearray(), bytearray(), 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = max(0, self.head_limit - len(self.head))
-        self.head += chunk[:room]
-        self.tail += chunk[room:]
-        del self.tail[: max(0, len(self.tail) - self.tail_limit)]
-
-    def render(self) -> tuple[str, bool]:
-        omitted = self.total - len(self.head) - len(self.tail)
-        if omitted <= 0:
-            return bytes(self.head + self.tail).decode("utf-8", "replace"), False
-        return _join(bytes(self.head), bytes(self.tail), omitted), True
-
-
-def truncate_output(data: bytes, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
-    """Text of `data`, keeping its head and tail around a marker when it exceeds `cap` bytes."""
-    buffer = _CappedBuffer(cap)
-    buffer.add(data)
-    return buffer.render()
-
-
-def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
-    """Head and tail of a (possibly growing, possibly huge) log file without reading all of it."""
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size <= cap:
-                return truncate_output(handle.read(), cap)
-            head = handle.read(cap // 2)
-            handle.seek(size - (cap - cap // 2))
-            tail = handle.read(cap - cap // 2)
-    except FileNotFoundError:
-        return "", False
-    return _join(head, tail, size - len(head) - len(tail)), True
 
 
 def group_alive(pgid: int) -> bool:
@@ -153,7 +105,7 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
     except OSError as exc:
         raise SandboxError(f"could not start command: {exc}") from exc
     pgid = proc.pid  # start_new_session makes the shell the leader of a fresh group
-    buffer, deadline = _CappedBuffer(cap), time.monotonic() + timeout
+    buffer, deadline = CappedBuffer(cap), time.monotonic() + timeout
     drain_until: float | None = None
     timed_out = stragglers = False
     assert proc.stdout is not None
@@ -180,7 +132,7 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
     if timed_out or stragglers:
         kill_process_group(pgid, proc)
     output, truncated = buffer.render()
-    result = ExecResult(output=output + (_STRAGGLER_NOTE if stragglers else ""), truncated=truncated,
+    result = ExecResult(output=output + (STRAGGLER_NOTE if stragglers else ""), truncated=truncated,
                         exit_code=None if timed_out else shell_exit_code(proc.returncode), timed_out=timed_out)
     return result, pgid
 
@@ -252,6 +204,7 @@ class BackgroundJobs:
     def __init__(self, log_dir: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
         self.log_dir, self.cap = log_dir, cap
         self.jobs: dict[int, _Job] = {}
+        self.exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._lock = threading.Lock()  # a model may start several in parallel tool calls
 
     def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
@@ -268,14 +221,8 @@ class BackgroundJobs:
             self.jobs[job_id] = _Job(command, proc, log)
             return job_id
 
-    def _get(self, job_id: int) -> _Job:
-        if job_id not in self.jobs:
-            known = ", ".join(map(str, self.jobs)) or "none"
-            raise SandboxError(f"no background process {job_id} (known: {known})")
-        return self.jobs[job_id]
-
     def poll(self, job_id: int) -> ProcessStatus:
-        job = self._get(job_id)
+        job = find_job(self.jobs, job_id)
         returncode = job.proc.poll()
         output, truncated = read_capped_file(job.log, self.cap)
         return ProcessStatus(process_id=job_id, command=job.command, running=returncode is None,
@@ -283,7 +230,7 @@ class BackgroundJobs:
                              output=output, truncated=truncated)
 
     def kill(self, job_id: int) -> ProcessStatus:
-        job = self._get(job_id)
+        job = find_job(self.jobs, job_id)
         kill_process_group(job.proc.pid, job.proc)
         return self.poll(job_id)
 
@@ -291,8 +238,39 @@ class BackgroundJobs:
         return [self.poll(job_id) for job_id in sorted(self.jobs)]
 
     def kill_all(self) -> None:
+        """Every background command, then whatever `exec` commands left running (`exec_groups`)."""
         for job in self.jobs.values():
             kill_process_group(job.proc.pid, job.proc)
+        for pgid in self.exec_groups:
+            if group_alive(pgid):
+                kill_process_group(pgid)
+
+
+class BackgroundJobsMixin:
+    """`poll`, `kill` and `processes` of a sandbox whose background commands are `self.jobs`, and its
+    idempotent `close`: every process of the session is killed before `_release` frees the rest."""
+
+    jobs: BackgroundJobs
+    _closed: bool
+
+    def poll(self, process_id: int) -> ProcessStatus:
+        return self.jobs.poll(process_id)
+
+    def kill(self, process_id: int) -> ProcessStatus:
+        return self.jobs.kill(process_id)
+
+    def processes(self) -> list[ProcessStatus]:
+        return self.jobs.statuses()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.jobs.kill_all()
+        self._release()
+
+    def _release(self) -> None:
+        """What the session holds besides its processes (folders, namespaces, cgroup)."""
 
 
 def pin_namespace(argv: list[str], kind: str) -> int:

@@ -20,10 +20,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (BackgroundJobs, group_alive, kill_process_group, orphaned, remove_tree,
-                                           run_command, sanitized_env, write_owner)
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group,
+                                           orphaned, remove_tree, run_command, sanitized_env, write_owner)
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
 DEFAULT_CWD = "/workspace"
@@ -68,7 +68,7 @@ def _host_env(executable: str) -> dict[str, str]:
     return sanitized_env(os.environ.get("HOME") or "/root", {**kept, **{prefix + k: v for k, v in inside.items()}})
 
 
-class SingularitySandbox(Sandbox):
+class SingularitySandbox(BackgroundJobsMixin, Sandbox):
     """One session; `cwd` and every path are as seen inside the container."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, executable: str,
@@ -80,7 +80,6 @@ class SingularitySandbox(Sandbox):
             folder.mkdir()
         self.env = _host_env(executable)
         self.jobs = BackgroundJobs(state_dir / "logs", settings.output_cap_bytes)
-        self._exec_groups: set[int] = set()
         self._closed = False
 
     def _argv(self, command: str) -> list[str]:
@@ -101,7 +100,7 @@ class SingularitySandbox(Sandbox):
         result, pgid = run_command(self._argv(command), str(self.state_dir), self.env, timeout,
                                    self.settings.output_cap_bytes)
         if group_alive(pgid):
-            self._exec_groups.add(pgid)
+            self.jobs.exec_groups.add(pgid)
             self._remember_group(pgid)
         return result
 
@@ -109,15 +108,6 @@ class SingularitySandbox(Sandbox):
         process_id = self.jobs.start(command, self._argv(command), str(self.state_dir), self.env)
         self._remember_group(self.jobs.jobs[process_id].proc.pid)
         return process_id
-
-    def poll(self, process_id: int) -> ProcessStatus:
-        return self.jobs.poll(process_id)
-
-    def kill(self, process_id: int) -> ProcessStatus:
-        return self.jobs.kill(process_id)
-
-    def processes(self) -> list[ProcessStatus]:
-        return self.jobs.statuses()
 
     def _inside(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, path))
@@ -164,14 +154,7 @@ class SingularitySandbox(Sandbox):
         host.write_bytes(data)
         return inside
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.jobs.kill_all()
-        for pgid in self._exec_groups:
-            if group_alive(pgid):
-                kill_process_group(pgid)
+    def _release(self) -> None:
         remove_tree(self.state_dir)
 
 

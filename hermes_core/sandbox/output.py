@@ -1,0 +1,69 @@
+"""Capped command output, shared by every backend: the head and tail of a stream or log around a
+truncation marker, and the note for commands whose background children kept their output open."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES
+
+STRAGGLER_NOTE = ("\n[note: processes left running in the background kept this command's output open and were "
+                  "stopped when the command finished; start long-running commands as background processes]")
+
+
+def join_head_tail(head: bytes, tail: bytes, omitted: int) -> str:
+    """Text of `head` and `tail` around a marker saying how many bytes between them were left out."""
+    marker = f"\n...[output truncated: {omitted} bytes omitted]...\n"
+    return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
+
+
+class CappedBuffer:
+    """Head and tail of a stream of unknown length, never holding more than `cap` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_limit, self.tail_limit = cap // 2, cap - cap // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = max(0, self.head_limit - len(self.head))
+        self.head += chunk[:room]
+        self.tail += chunk[room:]
+        del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+
+    def render(self) -> tuple[str, bool]:
+        omitted = self.total - len(self.head) - len(self.tail)
+        if omitted <= 0:
+            return bytes(self.head + self.tail).decode("utf-8", "replace"), False
+        return join_head_tail(bytes(self.head), bytes(self.tail), omitted), True
+
+
+def truncate_output(data: bytes, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
+    """Text of `data`, keeping its head and tail around a marker when it exceeds `cap` bytes."""
+    buffer = CappedBuffer(cap)
+    buffer.add(data)
+    return buffer.render()
+
+
+def log_text(data: bytes, size: int, cap: int) -> tuple[str, bool]:
+    """Text of a log of `size` bytes, read whole when `size` is at most `cap`, else as its first
+    cap // 2 and last cap - cap // 2 bytes (`data`, e.g. `head -c` then `tail -c`)."""
+    if size <= cap:
+        return truncate_output(data, cap)  # capped even if the log grew since its size was taken
+    return join_head_tail(data[: cap // 2], data[cap // 2:], size - len(data)), True
+
+
+def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[str, bool]:
+    """Head and tail of a (possibly growing, possibly huge) log file without reading all of it."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= cap:
+                return truncate_output(handle.read(), cap)
+            head = handle.read(cap // 2)
+            handle.seek(size - (cap - cap // 2))
+            tail = handle.read(cap - cap // 2)
+    except FileNotFoundError:
+        return "", False
+    return join_head_tail(head, tail, size - len(head) - len(tail)), True

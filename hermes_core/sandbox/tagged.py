@@ -1,0 +1,69 @@
+"""Tagged commands, for backends that cannot signal a command's processes themselves (docker, modal).
+
+Every command runs with `HERMES_EXEC=<tag>` in its environment, which every child inherits (also
+double-forked, `setsid` ones). Stopping a command means killing every process of the sandbox whose
+/proc/<pid>/environ holds the tag, from a second command in the same sandbox; the sandbox and its
+other processes stay usable. `TaggedSandbox` holds what their sandboxes share. No SDK is imported here.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from hermes_core.sandbox.base import ProcessStatus, Sandbox, SandboxError, find_job
+
+TAG_VAR = "HERMES_EXEC"
+
+# Kill every process carrying the marker ($1); repeat until a scan finds none (children forked
+# meanwhile). POSIX sh and grep, for images without bash; exits 1 if processes remain after every round.
+KILL_SCRIPT = r"""
+marker=$1; round=0
+while [ $round -lt 50 ]; do
+  found=
+  for f in $(grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null && found=1
+  done
+  [ -n "$found" ] || exit 0
+  round=$((round + 1))
+done
+exit 1
+"""
+
+
+def tag_marker(tag: str) -> str:
+    """The environment entry (`HERMES_EXEC=<tag>`) of a tagged command's processes."""
+    return f"{TAG_VAR}={tag}"
+
+
+def tagged_env(tag: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` for a command tagged with `tag`."""
+    return {**(env or {}), TAG_VAR: tag}
+
+
+def kill_argv(tag: str) -> list[str]:
+    """The command that SIGKILLs every process tagged with `tag` (exit code 0 once none is left)."""
+    return ["/bin/sh", "-c", KILL_SCRIPT, "sh", tag_marker(tag)]
+
+
+class TaggedSandbox(Sandbox):
+    """A session whose background commands are numbered in `jobs` and whose paths are POSIX paths
+    inside the sandbox, resolved against `cwd`."""
+
+    jobs: dict[int, Any]
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.session_id!r} is closed")
+
+    def _inside(self, path: str) -> str:
+        self._check_open()
+        return posixpath.normpath(posixpath.join(self.cwd, path))
+
+    def _job(self, process_id: int) -> Any:
+        self._check_open()
+        return find_job(self.jobs, process_id)
+
+    def processes(self) -> list[ProcessStatus]:
+        return [self.poll(process_id) for process_id in sorted(self.jobs)]
