@@ -30,7 +30,6 @@ environment (flags win):
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
                                                   sandbox limits and options (README: Sandboxes)
 """
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 def _batch_parser() -> argparse.ArgumentParser:
@@ -73,6 +72,7 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-new-fingerprint", "--force_new_fingerprint", dest="force_new_fingerprint",
                    action="store_true", help="accept a changed recipe under an existing run name")
     p.add_argument("--resume", action="store_true", help="accepted for compatibility: every run resumes")
+    p.add_argument("--verbose", action="store_true", help="a line per finished sample and Dagster's own logs")
     return p
 
 
@@ -118,10 +118,11 @@ def run_batch(args: argparse.Namespace) -> int:
     paths = RunPaths(run_dir(root, recipe.run_name))
     assets = build_run_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}
+    logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "ERROR"}}}}
     resources = {"model_endpoint": ModelEndpointResource(
         base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries)}
 
-    planned = _materialize(assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=QUIET_LOGS)
+    planned = _materialize(assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=logs)
     if not planned.success:
         raise RecipeError(_first_error(planned))
     pending = pipeline.pending_partitions(recipe, paths)
@@ -129,7 +130,8 @@ def run_batch(args: argparse.Namespace) -> int:
     if pending:
         raw = _materialize(
             assets, [keys["raw_trajectories"]], resources,
-            run_config={**QUIET_LOGS, "ops": {f"{recipe.run_name}__raw_trajectories": {"config": {"show_progress": True}}}},
+            run_config={**logs, "ops": {f"{recipe.run_name}__raw_trajectories": {
+                "config": {"show_progress": True, "verbose": args.verbose}}}},
             tags={"dagster/asset_partition_range_start": pending[0], "dagster/asset_partition_range_end": pending[-1]},
         )
         raw_ok = raw.success
@@ -137,7 +139,7 @@ def run_batch(args: argparse.Namespace) -> int:
             print(f"\n{_first_error(raw)}", file=sys.stderr)
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
-    final = _materialize(assets, [keys["filtered_trajectories"], keys["statistics"]], resources, run_config=QUIET_LOGS)
+    final = _materialize(assets, [keys["filtered_trajectories"], keys["statistics"]], resources, run_config=logs)
     if not final.success:
         raise RecipeError(_first_error(final))
     stats = pipeline.read_statistics(paths)

@@ -1,12 +1,14 @@
 """One asset group per run: prompts → toolset_assignments → raw_trajectories (batch partitions)
 → filtered_trajectories → statistics. Assets are thin: they call `hermes_core.pipeline`."""
 
+import queue
+import threading
 from collections import Counter
 from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import pipeline
+from hermes_core import __version__, pipeline
 from hermes_core.pipeline import RunPaths
 from hermes_core.progress import Progress
 from hermes_core.recipe import Recipe, run_dir
@@ -17,17 +19,38 @@ MODEL_POOL = "hermes_model_endpoint"
 
 class RawTrajectoriesConfig(dg.Config):
     show_progress: bool = False  # the CLI turns this on to draw its progress bar
+    verbose: bool = False  # and this with --verbose: a line per finished sample
 
 
 def batches_partitions(run_name: str) -> dg.DynamicPartitionsDefinition:
     return dg.DynamicPartitionsDefinition(name=f"{run_name}__batches")
 
 
+def batch_metadata(outcome: "pipeline.BatchOutcome", recipe: Recipe) -> dict[str, object]:
+    """What an auditor needs to go from a partition to the code, recipe and dataset behind it."""
+    return {
+        "samples_run": outcome.run, "samples_skipped": outcome.skipped, "kept": outcome.kept,
+        "discarded": outcome.discarded, "failed_terminal": outcome.failed_terminal,
+        "api_calls": outcome.api_calls, "total_tokens": outcome.total_tokens,
+        "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
+        "wall_seconds": round(outcome.wall_seconds, 3),
+        "recipe_fingerprint": recipe.fingerprint(), "code_version": __version__,
+    }
+
+
+def bar_chart(title: str, counts: dict[str, int]) -> str:
+    """A markdown bar chart: renders in the Dagster UI's metadata panel without any plotting library."""
+    top = max(counts.values(), default=0) or 1
+    rows = [f"| {name} | {'█' * max(1, round(24 * value / top)) if value else ''} {value} |"
+            for name, value in counts.items()]
+    return f"| {title} | |\n|---|---|\n" + "\n".join(rows)
+
+
 def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
     run = recipe.run_name
     paths = RunPaths(run_dir(data_root, run))
     partitions = batches_partitions(run)
-    common = {"key_prefix": [run], "group_name": run}
+    common = {"key_prefix": [run], "group_name": run, "code_version": __version__}
 
     @dg.asset(**common, description="The dataset, validated and keyed by content (SPEC §1–2).")
     def prompts() -> dg.MaterializeResult:
@@ -71,28 +94,38 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     def raw_trajectories(
         context: dg.AssetExecutionContext, config: RawTrajectoriesConfig, model_endpoint: ModelEndpointResource
     ):
-        keys = list(context.partition_keys)
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
-        progress = Progress(total=None) if config.show_progress else None
-        outcomes = pipeline.run_partitions(
-            recipe, paths, endpoint, keys, context.run.run_id,
-            on_start=progress.start if progress else None,
-            on_record=progress.update if progress else None,
-        )
-        if progress:
-            progress.finish()
-        for key, outcome in outcomes.items():
+        progress = Progress(verbose=config.verbose) if config.show_progress else None
+        finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
+        result: dict[str, object] = {}
+
+        def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
+            try:
+                result["outcomes"] = pipeline.run_partitions(
+                    recipe, paths, endpoint, list(context.partition_keys), context.run.run_id,
+                    on_start=progress.start if progress else None,
+                    on_record=progress.update if progress else None,
+                    on_batch_done=finished.put,
+                )
+            except BaseException as exc:  # re-raised in the step below, with its own message
+                result["error"] = exc
+            finally:
+                finished.put(None)
+
+        worker = threading.Thread(target=work, name=f"{run}-batches", daemon=True)
+        worker.start()
+        while (outcome := finished.get()) is not None:
             if outcome.failed_retryable:
                 continue  # stays failed/missing in the UI: materializing it again is the resume
             yield dg.AssetMaterialization(
-                asset_key=context.asset_key, partition=key, metadata={
-                    "samples_run": outcome.run, "samples_skipped": outcome.skipped, "kept": outcome.kept,
-                    "discarded": outcome.discarded, "failed_terminal": outcome.failed_terminal,
-                    "api_calls": outcome.api_calls, "total_tokens": outcome.total_tokens,
-                    "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
-                    "wall_seconds": round(outcome.wall_seconds, 3),
-                },
+                asset_key=context.asset_key, partition=outcome.partition_key, metadata=batch_metadata(outcome, recipe),
             )
+        worker.join()
+        if progress:
+            progress.finish()
+        if "error" in result:
+            raise result["error"]  # type: ignore[misc]
+        outcomes: dict[str, pipeline.BatchOutcome] = result["outcomes"]  # type: ignore[assignment]
         failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
         if failed:
             raise dg.Failure(
@@ -124,6 +157,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "reasoning_coverage_pct": stats["reasoning_statistics"]["coverage_pct"],
             "tools": dg.MetadataValue.md("| tool | count | success | failure | success rate |\n|---|---|---|---|---|\n"
                                          + table),
+            "tool_usage_plot": dg.MetadataValue.md(bar_chart("tool calls", {n: s["count"] for n, s in tools if s["count"]})),
+            "dispositions_plot": dg.MetadataValue.md(bar_chart("samples", stats["counts"])),
             "path": dg.MetadataValue.path(str(paths.statistics)),
         })
 

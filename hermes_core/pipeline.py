@@ -121,8 +121,11 @@ def run_partitions(
     dagster_run_id: str | None,
     on_start: Callable[[int], None] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_batch_done: Callable[[BatchOutcome], None] | None = None,
 ) -> dict[str, BatchOutcome]:
-    """Run every sample of the given batches that has no final record yet, in one worker pool."""
+    """Run every sample of the given batches that has no final record yet, in one worker pool.
+    `on_batch_done` is called as each batch's last sample finishes (at once for batches with
+    nothing to run), so its partition can be recorded while the others still run."""
     started = time.time()
     plan, ledger = BatchPlan(paths.batches), Ledger(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
@@ -141,7 +144,10 @@ def run_partitions(
             jobs.append(SampleJob(samples[member], draw["toolsets"], draw["toolset_seed"], key, batch.number,
                                   ledger.attempts(member) + 1))
     ctx = RunContext(recipe.run_name, recipe.model, recipe.distribution, dagster_run_id, recipe.filters,
-                     recipe.max_attempts)
+                     recipe.max_attempts, recipe.fingerprint(), json.loads(paths.dataset.read_text())["sha256"])
+    remaining = {key: 0 for key in partition_keys}
+    for job in jobs:
+        remaining[job.partition_key] += 1
 
     def record(result: dict[str, Any]) -> None:
         ledger.append(result["partition_key"], result)
@@ -159,6 +165,9 @@ def run_partitions(
             outcome.discarded += 1
         if on_record:
             on_record(result)
+        remaining[result["partition_key"]] -= 1
+        if on_batch_done and not remaining[result["partition_key"]]:
+            on_batch_done(outcome)
 
     backend = sandbox_backend(recipe)
     reaped = backend.reap() if jobs else 0
@@ -170,6 +179,9 @@ def run_partitions(
         )
     if on_start:
         on_start(len(jobs))
+    for key in partition_keys:
+        if on_batch_done and not remaining[key]:
+            on_batch_done(outcomes[key])
     run_jobs(jobs, recipe, endpoint, ctx, backend, record)
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
                                               "reaped_leftovers": reaped, "sandbox_backend": backend.name,

@@ -10,8 +10,10 @@ from hermes_core.filters import Disposition
 
 
 class Progress:
-    def __init__(self, total: int | None = None, stream: TextIO | None = None, min_interval_s: float = 0.2):
+    def __init__(self, total: int | None = None, stream: TextIO | None = None, min_interval_s: float = 0.2,
+                 verbose: bool = False):
         self.total = total or 0
+        self.verbose = verbose  # also one line per finished sample
         self.stream = stream or sys.stderr
         self.done = self.kept = self.failed = self.discarded = self.tokens = 0
         self.started = time.monotonic()
@@ -33,6 +35,11 @@ class Progress:
             self.failed += 1
         else:
             self.discarded += 1
+        if self.verbose:
+            error = f": {record['error']}" if record.get("error") else ""
+            restart = "\r" if self._tty else ""  # overwrite the bar, which is redrawn below
+            self.stream.write(f"{restart}#{record['prompt_index']} {disposition} "
+                              f"({record['api_calls']} calls, {record['duration_s']:.1f}s){error}\n")
         now = time.monotonic()
         if now - self._last_draw >= self._min_interval_s or self.done == self.total:
             self._last_draw = now

@@ -33,6 +33,8 @@ class RunContext:
     dagster_run_id: str | None
     filters: FilterSettings
     max_attempts: int
+    recipe_fingerprint: str
+    dataset_sha256: str
 
 
 def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -75,6 +77,8 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
             "dagster_run_id": ctx.dagster_run_id,
             "distribution": ctx.distribution,
             "code_version": __version__,
+            "recipe_fingerprint": ctx.recipe_fingerprint,
+            "dataset_sha256": ctx.dataset_sha256,
             "input_metadata": sample.metadata,  # the dataset row's own `metadata`, untouched
         },
         "completed": result["completed"],

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -111,9 +111,32 @@ async def _sse(reply: Reply, completion_id: str, created: int, include_usage: bo
     yield b"data: [DONE]\n\n"
 
 
-def create_app(latency: float = 0.0) -> Starlette:
+class RequestLog:
+    """What the endpoint received, so tests and benchmarks can count what a run paid for.
+
+    A conversation's first call (no assistant message yet) is a sample start, counted per prompt.
+    """
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.sample_starts: Counter[str] = Counter()
+
+    def note(self, body: dict[str, Any]) -> None:
+        self.requests += 1
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        roles = [m.get("role") for m in messages if isinstance(m, dict)]
+        if "assistant" not in roles and "user" in roles:
+            first_user = next(m for m in messages if isinstance(m, dict) and m.get("role") == "user")
+            self.sample_starts[str(first_user.get("content"))] += 1
+
+    def as_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "sample_starts": dict(self.sample_starts)}
+
+
+def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette:
     """The ASGI app; `latency` seconds are added to every chat completion."""
     attempts: OrderedDict[str, int] = OrderedDict()
+    log = log if log is not None else RequestLog()
 
     def next_attempt(key: str) -> int:
         # Counted before any await, so concurrent identical requests get distinct attempt numbers.
@@ -125,6 +148,9 @@ def create_app(latency: float = 0.0) -> Starlette:
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", "simulated": True})
+
+    async def stats(_: Request) -> Response:
+        return JSONResponse(log.as_json())
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [_model_object()]})
@@ -140,6 +166,7 @@ def create_app(latency: float = 0.0) -> Starlette:
             return error_response(400, f"Request body is not valid JSON: {exc}")
         if not isinstance(body, dict):
             return error_response(400, "Request body must be a JSON object")
+        log.note(body)
         key = conversation_key(body)
         attempt = next_attempt(key)
         delay = latency + extra_latency(body)
@@ -182,6 +209,7 @@ def create_app(latency: float = 0.0) -> Starlette:
             Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
+    routes.append(Route("/sim/requests", stats, methods=["GET"]))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
@@ -200,9 +228,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _config(latency: float, log_level: str) -> uvicorn.Config:
+def _config(latency: float, log_level: str, log: RequestLog | None = None) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(latency),
+        create_app(latency, log),
         lifespan="off",
         log_level=log_level,
         access_log=False,
@@ -218,6 +246,7 @@ class SimulatedModelServer:
         self.host = host
         self.port = port
         self.latency = latency
+        self.log = RequestLog()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -232,7 +261,7 @@ class SimulatedModelServer:
             return self
         self._sock = _bind(self.host, self.port)
         self.port = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(_config(self.latency, "warning"))
+        self._server = uvicorn.Server(_config(self.latency, "warning", self.log))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, name=f"hermes-sim:{self.port}", daemon=True
         )

@@ -1,0 +1,146 @@
+"""Exact resume, counted at the endpoint: what each invocation sent to the model (issue 4)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+
+from hermes_assets.cli import batch_main
+from test_batch_cli import ledger_records, read_jsonl, write_dataset
+
+BIN = Path(sys.executable).parent
+
+
+class Sent:
+    """Sample starts the simulated endpoint received since this object was made, per prompt."""
+
+    def __init__(self, server):
+        self.server, self.before = server, Counter(server.log.sample_starts)
+
+    def counts(self) -> Counter:
+        now = Counter(self.server.log.sample_starts)
+        now.subtract(self.before)
+        return +now
+
+
+def run(dataset: Path, url: str, *extra: str, run_name: str = "rs") -> int:
+    return batch_main([f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
+                       "--distribution=terminal_only", "--batch_size=20", "--num_workers=4", "--max_retries=0",
+                       *extra])
+
+
+def prompts(n: int, label: str) -> list[dict]:
+    tag = uuid.uuid4().hex[:6]
+    return [{"prompt": f"{label} {tag} #{i}: run a command"} for i in range(n)]
+
+
+def test_kill_9_mid_run_then_rerun_gives_every_prompt_exactly_once(isolated_homes, sim_server):
+    rows = [{"prompt": r["prompt"] + " [sim:latency=0.05]"} for r in prompts(200, "crash")]
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    sent = Sent(sim_server)
+    run_dir = isolated_homes / "data" / "rs"
+    batch = subprocess.Popen(
+        [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=rs", f"--base_url={sim_server.base_url}",
+         "--distribution=terminal_only", "--batch_size=20", "--num_workers=4"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and batch.poll() is None:
+        if (run_dir / "raw").exists() and len(ledger_records(run_dir)) >= 60:
+            break
+        time.sleep(0.05)
+    batch.send_signal(signal.SIGKILL)
+    batch.wait(timeout=10)
+    recorded_at_kill = len(ledger_records(run_dir))
+    assert 60 <= recorded_at_kill < 200, "the kill must land mid-run"
+
+    assert run(dataset, sim_server.base_url) == 0
+    output = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(output) == 200 and len({r["sample_key"] for r in output}) == 200
+    assert [r["prompt_index"] for r in output] == list(range(200))
+    counts = sent.counts()
+    assert set(counts) == {r["prompt"] for r in rows}
+    resent = [p for p, c in counts.items() if c > 1]
+    assert len(resent) <= 4  # at most the samples in flight at the kill (num_workers)
+    assert max(counts.values()) <= 2
+
+
+def test_shuffle_insert_and_append_send_exactly_the_new_samples(isolated_homes, sim_server):
+    rows = prompts(60, "edit")
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    assert run(dataset, sim_server.base_url) == 0
+    inserted, appended = prompts(10, "inserted"), prompts(20, "appended")
+    shuffled = rows[:]
+    random.Random(7).shuffle(shuffled)
+    edited = shuffled[:30] + inserted + shuffled[30:] + appended
+    write_dataset(dataset, edited)
+    sent = Sent(sim_server)
+    assert run(dataset, sim_server.base_url) == 0
+    assert sent.counts() == Counter({r["prompt"]: 1 for r in inserted + appended})
+    output = read_jsonl(isolated_homes / "data" / "rs" / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in output] == [r["prompt"] for r in edited]
+
+
+def test_identical_prompts_are_distinct_samples_and_survive_resume(isolated_homes, sim_server):
+    same = prompts(1, "same")[0]
+    dataset = write_dataset(isolated_homes / "d.jsonl", [same, same, same])
+    sent = Sent(sim_server)
+    assert run(dataset, sim_server.base_url) == 0
+    assert run(dataset, sim_server.base_url) == 0
+    output = read_jsonl(isolated_homes / "data" / "rs" / "trajectories.jsonl")
+    assert len(output) == 3 and len({r["sample_key"] for r in output}) == 3
+    assert sent.counts() == Counter({same["prompt"]: 3})
+
+
+def test_failures_retry_only_themselves_then_become_terminal(isolated_homes, sim_server):
+    good, bad = prompts(5, "good"), [{"prompt": f"bad {uuid.uuid4().hex[:6]} [sim:always-fail]"}]
+    dataset = write_dataset(isolated_homes / "d.jsonl", good + bad)
+    sent = Sent(sim_server)
+    raw_key = dg.AssetKey(["rs", "raw_trajectories"])
+    for attempt in (1, 2):
+        assert run(dataset, sim_server.base_url) == 1  # samples remain failed: non-zero exit
+        assert dg.DagsterInstance.get().get_materialized_partitions(raw_key) == set()  # the batch shows failed
+    assert run(dataset, sim_server.base_url) == 0  # third attempt: failed_terminal, the batch materializes
+    assert len(dg.DagsterInstance.get().get_materialized_partitions(raw_key)) == 1
+    counts = sent.counts()
+    assert counts[bad[0]["prompt"]] == 3 and all(counts[g["prompt"]] == 1 for g in good)
+    stats = json.loads((isolated_homes / "data" / "rs" / "statistics.json").read_text())
+    assert stats["counts"]["failed_terminal"] == 1 and stats["counts"]["kept"] == 5
+    output = read_jsonl(isolated_homes / "data" / "rs" / "trajectories.jsonl")
+    assert bad[0]["prompt"] not in {r["conversations"][1]["value"] for r in output}
+    assert run(dataset, sim_server.base_url) == 0 and sent.counts() == counts  # terminal: never re-sent
+
+
+def test_discarded_samples_are_counted_and_never_resent(isolated_homes, sim_server):
+    tag = uuid.uuid4().hex[:6]
+    rows = prompts(3, "kept") + [{"prompt": f"{tag} a [sim:no-reasoning]"}, {"prompt": f"{tag} b [sim:no-reasoning]"},
+                                 {"prompt": f"{tag} c: run ls [sim:hallucinate]"}]
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    sent = Sent(sim_server)
+    assert run(dataset, sim_server.base_url) == 0
+    assert run(dataset, sim_server.base_url) == 0
+    assert sent.counts() == Counter({r["prompt"]: 1 for r in rows})
+    counts = json.loads((isolated_homes / "data" / "rs" / "statistics.json").read_text())["counts"]
+    assert (counts["kept"], counts["discarded_no_reasoning"], counts["discarded_hallucinated_tool"]) == (3, 2, 1)
+
+
+def test_statistics_cover_the_whole_run_across_invocations(isolated_homes, sim_server):
+    first, second = prompts(7, "one"), prompts(5, "two")
+    dataset = write_dataset(isolated_homes / "d.jsonl", first)
+    assert run(dataset, sim_server.base_url) == 0
+    write_dataset(dataset, first + second + [{"prompt": "x [sim:no-reasoning]"}])
+    assert run(dataset, sim_server.base_url) == 0
+    stats = json.loads((isolated_homes / "data" / "rs" / "statistics.json").read_text())
+    counts = stats["counts"]
+    assert stats["total_prompts"] == 13
+    assert sum(v for k, v in counts.items() if k != "invalid_input_lines") == 13
+    assert counts["kept"] == 12 and counts["pending"] == 0
+    assert stats["api_calls"] == 2 * 13  # one tool round + the answer, for every sample of both invocations
