@@ -19,6 +19,7 @@ from hermes_core.sandbox import known_backends
 from hermes_core.stats import format_summary
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.checks import build_run_checks, format_check_results
 from hermes_assets.run_assets import build_run_assets
 
 ENVIRONMENT_HELP = """
@@ -118,6 +119,7 @@ def run_batch(args: argparse.Namespace) -> int:
     paths = RunPaths(run_dir(root, recipe.run_name))
     assets = build_run_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}
+    checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
     logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "ERROR"}}}}
     resources = {"model_endpoint": ModelEndpointResource(
         base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries)}
@@ -139,9 +141,12 @@ def run_batch(args: argparse.Namespace) -> int:
             print(f"\n{_first_error(raw)}", file=sys.stderr)
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
-    final = _materialize(assets, [keys["filtered_trajectories"], keys["statistics"]], resources, run_config=logs)
+    final = _materialize([*assets, *checks], [keys["filtered_trajectories"], keys["statistics"]], resources,
+                         run_config=logs)
     if not final.success:
         raise RecipeError(_first_error(final))
+    for line in format_check_results(final):
+        print(line, file=sys.stderr)
     stats = pipeline.read_statistics(paths)
     outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
                "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}

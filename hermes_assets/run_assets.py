@@ -13,6 +13,7 @@ from hermes_core.pipeline import RunPaths
 from hermes_core.progress import Progress
 from hermes_core.recipe import Recipe, run_dir
 from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.runs_file import adopt_recipe
 
 MODEL_POOL = "hermes_model_endpoint"
 
@@ -54,6 +55,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
 
     @dg.asset(**common, description="The dataset, validated and keyed by content (SPEC §1–2).")
     def prompts() -> dg.MaterializeResult:
+        adopt_recipe(data_root, recipe)  # a run declared in the runs file gets its folder and recipe here
         dataset = pipeline.load_prompts(recipe, paths)
         preview = "\n".join(
             f"| {s.prompt_index} | `{s.sample_key[:12]}` | {s.prompt[:80].replace('|', '/').replace(chr(10), ' ')} |"
@@ -64,6 +66,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "invalid_lines": len(dataset.invalid),
             "duplicates": dataset.duplicates,
             "dataset_sha256": dataset.sha256,
+            "recipe_fingerprint": recipe.fingerprint(),
             "dataset_file": dg.MetadataValue.path(str(dataset.path)),
             "preview": dg.MetadataValue.md("| index | key | prompt |\n|---|---|---|\n" + preview),
         })

@@ -1,0 +1,238 @@
+"""Asset checks on a run's `filtered_trajectories` (SPEC §5.4): the final file loads with HF
+`datasets`, has no duplicate sample keys, every sample of the dataset is accounted for, and the
+filters' discard rates stay under configurable thresholds."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from hermes_core import pipeline
+from hermes_core.filters import Disposition
+from hermes_core.ledger import BatchPlan, Ledger
+from hermes_core.pipeline import RunPaths
+from hermes_core.recipe import Recipe, run_dir
+from hermes_assets.run_assets import build_run_assets
+
+NO_REASONING_ENV = "HERMES_MAX_NO_REASONING_RATE"
+HALLUCINATION_ENV = "HERMES_MAX_HALLUCINATION_RATE"
+DEFAULT_MAX_NO_REASONING_RATE = 0.5
+DEFAULT_MAX_HALLUCINATION_RATE = 0.2
+DISCARDED = (Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL,
+             Disposition.DISCARDED_INCOMPLETE)
+USER_TYPED_COLUMNS = {"id", "extra", "metadata"}  # carry dataset values as given, any JSON type
+MAX_LISTED = 10  # sample keys shown in metadata; the counts carry the rest
+
+
+def rate_threshold(env_name: str, default: float) -> float:
+    """A rate threshold in [0, 1] from the environment, read when the check runs (no reload needed)."""
+    raw = os.environ.get(env_name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{env_name}={raw!r}: expected a rate between 0 and 1, e.g. 0.25") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{env_name}={raw!r}: expected a rate between 0 and 1, e.g. 0.25")
+    return value
+
+
+def load_with_datasets(path: Path) -> tuple[int, dict[str, str]]:
+    """Rows and column types of a JSONL file as HF `datasets` loads it: offline, with a throwaway cache
+    so nothing lands in the user's HF cache, and without progress bars in the CLI's output."""
+    import datasets  # slow import: only paid when the check runs
+
+    saved = (datasets.config.HF_DATASETS_OFFLINE, datasets.config.HF_HUB_OFFLINE)
+    bars = datasets.is_progress_bar_enabled()
+    datasets.config.HF_DATASETS_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    datasets.disable_progress_bars()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hermes-hf-check-") as cache:
+            loaded = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=cache)
+            return loaded.num_rows, {name: repr(feature) for name, feature in loaded.features.items()}
+    finally:
+        datasets.config.HF_DATASETS_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def _rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Parsed rows and the count of lines that are not JSON objects. Not `read_jsonl`: a damaged final
+    file is exactly what these checks must report, not crash on."""
+    rows, unreadable = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            unreadable += 1
+    return rows, unreadable
+
+
+def _finished_counts(paths: RunPaths) -> tuple[Counter[str], int]:
+    """Final dispositions of the current dataset's samples, and how many the filters judged
+    (kept + discarded: failed samples produced no trajectory, so they say nothing about quality)."""
+    ledger = Ledger(paths.raw)
+    counts: Counter[str] = Counter()
+    for sample in pipeline.read_samples(paths):
+        if ledger.is_done(sample.sample_key):
+            counts[ledger.latest[sample.sample_key]["disposition"]] += 1
+    judged = counts[Disposition.KEPT] + sum(counts[d] for d in DISCARDED)
+    return counts, judged
+
+
+def _rate_result(name: str, discarded: int, judged: int, threshold: float, env_name: str) -> dg.AssetCheckResult:
+    rate = discarded / judged if judged else 0.0
+    return dg.AssetCheckResult(
+        passed=rate <= threshold,
+        severity=dg.AssetCheckSeverity.WARN,  # a quality signal about the model, not broken data
+        description=f"{name} rate {rate:.1%} of {judged} judged sample(s); threshold {threshold:.1%} (${env_name})",
+        metadata={"rate": round(rate, 4), "discarded": discarded, "judged_samples": judged,
+                  "threshold": threshold, "threshold_env": env_name},
+    )
+
+
+def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefinition]:
+    """The checks of one run's `filtered_trajectories`; they read the run folder's files."""
+    paths = RunPaths(run_dir(data_root, recipe.run_name))
+    target = dg.AssetKey([recipe.run_name, "filtered_trajectories"])
+
+    @dg.asset_check(asset=target, name="loads_with_hf_datasets",
+                    description="trajectories.jsonl loads with HF datasets, one row per kept sample, and the "
+                    "columns our format fixes have one type on every row.")
+    def loads_with_hf_datasets() -> dg.AssetCheckResult:
+        rows, unreadable = _rows(paths.trajectories)
+        expected = _finished_counts(paths)[0][Disposition.KEPT]
+        if not rows and not unreadable:  # `datasets` refuses an empty file; zero kept rows is a valid state
+            return dg.AssetCheckResult(passed=expected == 0, metadata={"rows": 0, "expected_rows": expected})
+        try:
+            loaded, columns = load_with_datasets(paths.trajectories)
+        except Exception as exc:  # any loader error is the finding: report it rather than crash the step
+            error = f"{type(exc).__name__}: {exc}" + (f" ({exc.__cause__})" if exc.__cause__ else "")
+            return dg.AssetCheckResult(passed=False, description=f"HF datasets cannot load the file: {error}"[:500],
+                                       metadata={"file_rows": len(rows), "unreadable_lines": unreadable,
+                                                 "expected_rows": expected, "error": error[:2000]})
+        # datasets types a column whose values differ in type across rows as Json; fine for user fields
+        # (id, extra, metadata), a schema break for the fields this product writes.
+        mixed = sorted(name for name, feature in columns.items() if "Json(" in feature)
+        broken = [name for name in mixed if name not in USER_TYPED_COLUMNS]
+        passed = loaded == len(rows) == expected and not broken
+        problems = ([f"datasets loaded {loaded} row(s), the file has {len(rows)}, the ledger has {expected} kept "
+                     "sample(s)"] if not loaded == len(rows) == expected else []) + (
+            [f"column(s) with a different type on some rows: {', '.join(broken)}"] if broken else [])
+        return dg.AssetCheckResult(
+            passed=passed, description="; ".join(problems) or None,
+            metadata={"rows": loaded, "file_rows": len(rows), "expected_rows": expected,
+                      "columns": ", ".join(columns), "mixed_type_columns": ", ".join(mixed) or "none"},
+        )
+
+    @dg.asset_check(asset=target, name="no_duplicate_sample_keys",
+                    description="Each sample_key appears at most once in trajectories.jsonl.")
+    def no_duplicate_sample_keys() -> dg.AssetCheckResult:
+        rows, unreadable = _rows(paths.trajectories)
+        keys = Counter(row.get("sample_key") for row in rows)
+        duplicated = {key: n for key, n in keys.items() if n > 1}
+        return dg.AssetCheckResult(
+            passed=not duplicated,
+            metadata={"rows": sum(keys.values()), "unreadable_lines": unreadable, "distinct_sample_keys": len(keys),
+                      "duplicated_keys": len(duplicated), "extra_rows": sum(n - 1 for n in duplicated.values()),
+                      "examples": dg.MetadataValue.json({str(k): n for k, n in list(duplicated.items())[:MAX_LISTED]})},
+        )
+
+    @dg.asset_check(asset=target, name="every_sample_accounted_for",
+                    description="Each sample of prompts.jsonl has a final ledger record or is pending in a batch; "
+                    "each kept sample is in trajectories.jsonl and nothing else is.")
+    def every_sample_accounted_for() -> dg.AssetCheckResult:
+        return _accounting(paths)
+
+    @dg.asset_check(asset=target, name="no_reasoning_rate",
+                    description=f"discarded_no_reasoning ÷ judged samples ≤ ${NO_REASONING_ENV} "
+                    f"(default {DEFAULT_MAX_NO_REASONING_RATE}).")
+    def no_reasoning_rate() -> dg.AssetCheckResult:
+        counts, judged = _finished_counts(paths)
+        threshold = rate_threshold(NO_REASONING_ENV, DEFAULT_MAX_NO_REASONING_RATE)
+        return _rate_result("no-reasoning", counts[Disposition.DISCARDED_NO_REASONING], judged, threshold,
+                            NO_REASONING_ENV)
+
+    @dg.asset_check(asset=target, name="hallucination_rate",
+                    description=f"discarded_hallucinated_tool ÷ judged samples ≤ ${HALLUCINATION_ENV} "
+                    f"(default {DEFAULT_MAX_HALLUCINATION_RATE}).")
+    def hallucination_rate() -> dg.AssetCheckResult:
+        counts, judged = _finished_counts(paths)
+        threshold = rate_threshold(HALLUCINATION_ENV, DEFAULT_MAX_HALLUCINATION_RATE)
+        return _rate_result("hallucinated-tool", counts[Disposition.DISCARDED_HALLUCINATED_TOOL], judged, threshold,
+                            HALLUCINATION_ENV)
+
+    return [loads_with_hf_datasets, no_duplicate_sample_keys, every_sample_accounted_for, no_reasoning_rate,
+            hallucination_rate]
+
+
+def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
+    """Pending work (no final record yet, but in a batch) is a WARN; a sample in no batch and without
+    a final record, a kept sample missing from the file, or a row of no current sample is an ERROR."""
+    ledger, batched = Ledger(paths.raw), BatchPlan(paths.batches).batch_of()
+    samples = [s.sample_key for s in pipeline.read_samples(paths)]
+    written = {row.get("sample_key") for row in _rows(paths.trajectories)[0]}
+    states: Counter[str] = Counter()
+    unplanned, missing_rows = [], []
+    for key in samples:
+        record = ledger.latest.get(key)
+        if ledger.is_done(key):
+            states[record["disposition"]] += 1
+            if record["disposition"] == Disposition.KEPT and key not in written:
+                missing_rows.append(key)
+        elif key in batched:
+            states["pending_failed_retryable" if record else "pending_not_run"] += 1
+        else:
+            unplanned.append(key)
+    strays = sorted(written - set(samples), key=str)
+    pending = states["pending_failed_retryable"] + states["pending_not_run"]
+    problems = len(unplanned) + len(missing_rows) + len(strays)
+    metadata: dict[str, Any] = {
+        "samples": len(samples), "finished": len(samples) - pending - len(unplanned), "pending": pending,
+        "unaccounted": len(unplanned), "kept_missing_from_file": len(missing_rows), "rows_of_unknown_samples": len(strays),
+        "by_state": dg.MetadataValue.json(dict(sorted(states.items()))),
+        "examples": dg.MetadataValue.json({"unaccounted": unplanned[:MAX_LISTED], "kept_missing_from_file":
+                                           missing_rows[:MAX_LISTED], "rows_of_unknown_samples": strays[:MAX_LISTED]}),
+    }
+    if problems:
+        description = (f"{len(unplanned)} sample(s) in no batch without a final record (materialize "
+                       f"toolset_assignments), {len(missing_rows)} kept sample(s) missing from trajectories.jsonl, "
+                       f"{len(strays)} row(s) of samples not in the dataset")
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description=description,
+                                   metadata=metadata)
+    if pending:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=metadata,
+                                   description=f"{pending} of {len(samples)} sample(s) still pending "
+                                   "(materialize the missing and failed raw_trajectories partitions)")
+    return dg.AssetCheckResult(passed=True, metadata=metadata)
+
+
+def build_run_assets_and_checks(
+    recipe: Recipe, data_root: Path
+) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
+    """What the CLI materializes: `dg.materialize([*assets, *checks], selection=[asset keys])` runs the
+    checks of every selected asset in the same run."""
+    return build_run_assets(recipe, data_root), build_run_checks(recipe, data_root)
+
+
+def format_check_results(result: dg.ExecuteInProcessResult) -> list[str]:
+    """One console line per check that did not pass (for the CLI summary)."""
+    lines = []
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            level = "warning" if evaluation.severity == dg.AssetCheckSeverity.WARN else "error"
+            lines.append(f"check {evaluation.check_name} ({level}): {evaluation.description or 'did not pass'}")
+    return lines
