@@ -174,7 +174,7 @@ def run_partitions(
     problems = backend.preflight({job.sample.image for job in jobs if job.sample.image})
     if problems:
         raise PreflightError(
-            f"image pre-flight failed on the {backend.name} sandbox backend; nothing was run:\n  "
+            f"sandbox pre-flight failed on the {backend.name} backend; nothing was run:\n  "
             + "\n  ".join(problems)
         )
     if on_start:

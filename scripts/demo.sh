@@ -4,6 +4,17 @@
 set -euo pipefail
 venv=${VENV:-.venv}
 run_name=${RUN_NAME:-demo}
+# Tools run in bubblewrap sandboxes (the default `local` backend): install it when we can.
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing bubblewrap (the sandbox of the default 'local' backend)"
+    apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends bubblewrap; }
+  else
+    echo "bubblewrap is missing: install it (Debian/Ubuntu: sudo apt-get install bubblewrap)" >&2
+    exit 1
+  fi
+fi
 port_file=$(mktemp)
 "$venv/bin/hermes-foundry" sim-model --port 0 --latency "${SIM_LATENCY:-0.05}" --port-file "$port_file" &
 sim_pid=$!
