@@ -20,6 +20,7 @@ from hermes_core.stats import format_summary
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.checks import build_run_checks, format_check_results
+from hermes_assets.compression_assets import build_compression_assets
 from hermes_assets.run_assets import build_run_assets
 
 ENVIRONMENT_HELP = """
@@ -74,6 +75,10 @@ def _batch_parser() -> argparse.ArgumentParser:
                    action="store_true", help="accept a changed recipe under an existing run name")
     p.add_argument("--resume", action="store_true", help="accepted for compatibility: every run resumes")
     p.add_argument("--verbose", action="store_true", help="a line per finished sample and Dagster's own logs")
+    p.add_argument("--compress", action="store_true",
+                   help="also compress the kept trajectories to a token budget (see hermes-compress)")
+    p.add_argument("--compress_target_max_tokens", type=int,
+                   help="token budget per trajectory for --compress (default 15250)")
     return p
 
 
@@ -92,6 +97,12 @@ def _first_error(result: dg.ExecuteInProcessResult) -> str:
     return "the Dagster run failed"
 
 
+def _compression_flags(args: argparse.Namespace) -> dict | None:
+    if not args.compress:
+        return None
+    return {"target_max_tokens": args.compress_target_max_tokens} if args.compress_target_max_tokens else {}
+
+
 def run_batch(args: argparse.Namespace) -> int:
     root = data_root(args.output_dir)
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
@@ -104,6 +115,7 @@ def run_batch(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, temperature=args.temperature, batch_size=args.batch_size,
         num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
         max_attempts=args.max_attempts, stream=args.stream, sandbox_backend=args.sandbox_backend,
+        compression=_compression_flags(args),
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
@@ -117,7 +129,7 @@ def run_batch(args: argparse.Namespace) -> int:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
               file=sys.stderr)
     paths = RunPaths(run_dir(root, recipe.run_name))
-    assets = build_run_assets(recipe, root)
+    assets = build_run_assets(recipe, root) + build_compression_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}
     checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
     logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "ERROR"}}}}
@@ -141,8 +153,8 @@ def run_batch(args: argparse.Namespace) -> int:
             print(f"\n{_first_error(raw)}", file=sys.stderr)
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
-    final = _materialize([*assets, *checks], [keys["filtered_trajectories"], keys["statistics"]], resources,
-                         run_config=logs)
+    finishing = [keys[name] for name in ("filtered_trajectories", "statistics", "compressed_trajectories") if name in keys]
+    final = _materialize([*assets, *checks], finishing, resources, run_config=logs)
     if not final.success:
         raise RecipeError(_first_error(final))
     for line in format_check_results(final):

@@ -8,6 +8,9 @@ import dagster as dg
 
 from hermes_core.config import Endpoint
 
+# Every asset that drives a model endpoint shares this concurrency pool (dagster_home/dagster.yaml).
+MODEL_POOL = "hermes_model_endpoint"
+
 
 class ModelEndpointResource(dg.ConfigurableResource):
     """The OpenAI-compatible endpoint a run talks to. Unset fields fall back to the recipe's

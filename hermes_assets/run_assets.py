@@ -12,10 +12,10 @@ from hermes_core import __version__, pipeline
 from hermes_core.pipeline import RunPaths
 from hermes_core.progress import Progress
 from hermes_core.recipe import Recipe, run_dir
-from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.metadata import bar_chart
+from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
 
-MODEL_POOL = "hermes_model_endpoint"
 
 
 class RawTrajectoriesConfig(dg.Config):
@@ -37,14 +37,6 @@ def batch_metadata(outcome: "pipeline.BatchOutcome", recipe: Recipe) -> dict[str
         "wall_seconds": round(outcome.wall_seconds, 3),
         "recipe_fingerprint": recipe.fingerprint(), "code_version": __version__,
     }
-
-
-def bar_chart(title: str, counts: dict[str, int]) -> str:
-    """A markdown bar chart: renders in the Dagster UI's metadata panel without any plotting library."""
-    top = max(counts.values(), default=0) or 1
-    rows = [f"| {name} | {'█' * max(1, round(24 * value / top)) if value else ''} {value} |"
-            for name, value in counts.items()]
-    return f"| {title} | |\n|---|---|\n" + "\n".join(rows)
 
 
 def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:

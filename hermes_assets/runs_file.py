@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from hermes_assets.compression_assets import validate_compression_settings
+
 from hermes_core.recipe import Recipe, RecipeError, list_recipes, run_dir, save_recipe
 
 RUNS_FILE_ENV = "HERMES_RUNS_FILE"
@@ -56,6 +58,12 @@ def _type_problem(name: str, value: Any, hint: Any) -> str | None:
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None:
         return None if type(None) in allowed else f"{name}: a value is required"
+    if name == "compression" and isinstance(value, dict):
+        try:
+            validate_compression_settings(value)
+            return None
+        except ValueError as exc:
+            return f"{name}: {exc}"
     for kind in allowed:
         if kind is bool and isinstance(value, bool):
             return None

@@ -28,6 +28,7 @@ import dagster as dg
 from hermes_core import pipeline
 from hermes_core.fileio import read_jsonl
 from hermes_core.pipeline import RunPaths
+from hermes_assets.compression_assets import recipe_compression
 from hermes_core.recipe import Recipe, run_dir
 from hermes_assets.run_assets import batches_partitions
 
@@ -62,8 +63,9 @@ def build_run_jobs(recipe: Recipe) -> list[UnresolvedAssetJobDefinition]:
                             description="Load the dataset and plan new samples into batch partitions."),
         dg.define_asset_job(raw_job_name(run), selection=[_key(run, "raw_trajectories")],
                             description="Run the pending samples of one batch partition."),
-        dg.define_asset_job(finalize_job_name(run), selection=[_key(run, "filtered_trajectories"),
-                                                               _key(run, "statistics")],
+        dg.define_asset_job(finalize_job_name(run), selection=[
+                                _key(run, "filtered_trajectories"), _key(run, "statistics"),
+                                *([_key(run, "compressed_trajectories")] if recipe_compression(recipe) else [])],
                             description="Merge the kept trajectories, run the checks, compute statistics."),
     ]
 

@@ -53,6 +53,9 @@ class Recipe:
     max_attempts: int = 3
     stream: bool = False
     sandbox_backend: str | None = None
+    # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
+    # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
+    compression: bool | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.run_name):

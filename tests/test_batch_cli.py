@@ -176,3 +176,14 @@ def test_unusable_images_stop_the_run_before_any_model_call(isolated_homes, sim_
     err = capsys.readouterr().err
     assert "pre-flight" in err and "rust:1.75" in err and "node:20-alpine" in err
     assert ledger_records(isolated_homes / "data" / "t1") == []
+
+
+def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": "Run many commands [sim:tools=30]"}, PROMPTS[0]])
+    assert run(isolated_homes, sim_url, dataset, "--max_turns=40", "--compress",
+               "--compress_target_max_tokens=3000") == 0
+    run_dir = isolated_homes / "data" / "t1"
+    rows = read_jsonl(run_dir / "trajectories.compressed.jsonl")
+    assert [r["compression_metrics"]["compressed"] for r in rows] == [True, False]
+    assert any(t["value"].startswith("[CONTEXT SUMMARY]:") for t in rows[0]["conversations"])
+    assert json.loads((run_dir / "recipe.json").read_text())["compression"] == {"target_max_tokens": 3000}

@@ -278,6 +278,26 @@ def _check_failures(flags: dict[str, str], attempt: int) -> None:
         raise SimulatedHTTPError(500, f"Simulated server error (attempt {attempt})")
 
 
+def _transcript_to_summarize(body: dict[str, Any], users: list[str]) -> str | None:
+    """The transcript of a context-summarisation request (as `hermes-compress` sends): no tools, one
+    user message asking to summarise a `<conversation>...</conversation>` block. None otherwise."""
+    if body.get("tools") or len(users) != 1 or "summar" not in users[0].lower():
+        return None
+    match = re.search(r"<conversation>(.*?)(?:</conversation>|$)", users[0], re.S)
+    return match.group(1) if match else None
+
+
+def _transcript_summary(transcript: str) -> str:
+    """A short, plausible summary: the tools called in the transcript and the last result."""
+    names = re.findall(r'<tool_call>\s*\{"name":\s*"([^"]+)"', transcript)
+    if not names:
+        return f"Summary: the earlier turns covered: {_excerpt(_DIRECTIVE.sub(' ', transcript), 160)}"
+    listed = ", ".join(f"`{n}`" for n in dict.fromkeys(names))
+    summary = f"Summary: the assistant made {len(names)} tool call(s) using {listed}."
+    results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", transcript, re.S)
+    return summary + (f" The last result was: {_excerpt(results[-1], 160)}" if results else "")
+
+
 def respond(body: dict[str, Any], attempt: int = 1) -> Reply:
     """The simulated model's reply to a chat-completions request (rules: package docstring).
 
@@ -312,8 +332,13 @@ def respond(body: dict[str, Any], attempt: int = 1) -> Reply:
     # The agent's final "please summarize" request comes after the task message, never as it.
     summarize = len(users) > 1 and "summar" in prompt.lower()
 
+    transcript = _transcript_to_summarize(body, users)
+
     tool_calls: list[dict[str, Any]] = []
-    if summarize:
+    if transcript is not None:
+        reasoning = "I am asked to summarise part of a conversation; I will list the tools used and the outcome."
+        content = _transcript_summary(transcript)
+    elif summarize:
         reasoning = "The user wants a summary of the conversation so far; I will not call more tools."
         content = f'Summary: the task was "{topic}".'
         if used:
