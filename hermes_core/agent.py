@@ -77,6 +77,7 @@ class AIAgent:
         cwd: str | None = None,
         tool_registry: ToolRegistry | None = None,
         http_client: httpx.AsyncClient | None = None,
+        tool_progress: Callable[[dict[str, str]], None] | None = None,
     ):
         self.endpoint = Endpoint.resolve(
             base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s
@@ -96,6 +97,7 @@ class AIAgent:
         self._backend = sandbox_backend if isinstance(sandbox_backend, SandboxBackend) else None
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self._http = http_client
+        self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
 
     # -- public API -------------------------------------------------------------------------
     def chat(self, message: str) -> str:
@@ -215,6 +217,10 @@ class AIAgent:
         if not self.quiet_mode:
             print(text, file=sys.stderr, flush=True)
 
+    def _progress(self, tool: str, label: str, call_id: str, status: str) -> None:
+        if self._tool_progress:
+            self._tool_progress({"tool": tool, "label": label, "toolCallId": call_id, "status": status})
+
     def _sandbox_backend(self) -> SandboxBackend:
         if self._backend is None:
             self._backend = get_backend(self._backend_name)
@@ -263,14 +269,16 @@ class _Session:
                 results[index] = json.dumps({"error": f"could not parse the arguments of '{name}' as JSON: {exc}"})
                 continue
             pending.append((index, tool, arguments))
-        await self._execute(pending, results)
+        await self._execute(pending, results, [call.get("id", "") for call in calls])
         for call, result in zip(calls, results):
             messages.append(
                 {"role": "tool", "tool_call_id": call.get("id", ""), "name": call["function"]["name"], "content": result}
             )
         return any_valid
 
-    async def _execute(self, pending: list[tuple[int, Tool, dict[str, Any]]], results: list[str]) -> None:
+    async def _execute(
+        self, pending: list[tuple[int, Tool, dict[str, Any]]], results: list[str], call_ids: list[str]
+    ) -> None:
         """Run calls in order; a run of consecutive read-only calls executes concurrently."""
         if not pending:
             return
@@ -282,10 +290,14 @@ class _Session:
             else:
                 groups.append([call])
         for group in groups:
-            for _, tool, arguments in group:
-                self.agent._say(f"🔧 {tool.name} {json.dumps(arguments, ensure_ascii=False)[:120]}")
+            labels = {index: f"{tool.name} {json.dumps(arguments, ensure_ascii=False)[:120]}"
+                      for index, tool, arguments in group}
+            for index, tool, _ in group:
+                self.agent._say(f"🔧 {labels[index]}")
+                self.agent._progress(tool.name, labels[index], call_ids[index], "running")
             outputs = await asyncio.gather(
                 *(asyncio.to_thread(self.agent.registry.call, tool.name, arguments, ctx) for _, tool, arguments in group)
             )
-            for (index, _, _), output in zip(group, outputs):
+            for (index, tool, _), output in zip(group, outputs):
                 results[index] = output
+                self.agent._progress(tool.name, labels[index], call_ids[index], "completed")

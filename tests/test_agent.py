@@ -166,3 +166,13 @@ def test_sandbox_is_closed_after_the_conversation(sim_url, monkeypatch):
     monkeypatch.setattr(bubblewrap.BubblewrapBackend, "open", spy)
     make_agent(sim_url).run_conversation("Run ls")
     assert len(opened) == 1 and not opened[0].state_dir.exists()
+
+
+def test_tool_progress_events_bracket_each_call(sim_url):
+    events = []
+    result = make_agent(sim_url, tool_progress=events.append).run_conversation("Run ls [sim:parallel]")
+    calls = result["messages"][1]["tool_calls"]
+    assert [(e["toolCallId"], e["status"]) for e in events] == [
+        (calls[0]["id"], "running"), (calls[0]["id"], "completed"), (calls[1]["id"], "running"),
+        (calls[1]["id"], "completed")]
+    assert events[0]["tool"] == calls[0]["function"]["name"] and events[0]["label"].startswith(events[0]["tool"])
