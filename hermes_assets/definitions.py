@@ -11,6 +11,7 @@ from hermes_core.config import data_root
 from hermes_core.recipe import Recipe
 from hermes_assets.checks import build_run_checks
 from hermes_assets.compression_assets import build_compression_assets
+from hermes_assets.export_assets import build_export_assets
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.runs_file import resolve_recipes
@@ -29,6 +30,7 @@ def build_definitions(
     assets, checks, jobs, sensors = [], [], [], []
     for recipe in recipes:
         assets += build_run_assets(recipe, root) + build_compression_assets(recipe, root)
+        assets += build_export_assets(recipe, root)
         checks += build_run_checks(recipe, root)
         run_jobs = build_run_jobs(recipe)
         jobs += run_jobs

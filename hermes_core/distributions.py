@@ -145,8 +145,10 @@ def load_distributions(
 
 
 def toolset_seed_for(seed: int, sample_key: str) -> int:
-    """The per-sample RNG seed: first 8 bytes of sha256("{seed}:{sample_key}"), big-endian."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{sample_key}".encode("utf-8")).digest()[:8], "big")
+    """The per-sample RNG seed: first 8 bytes of sha256("{seed}:{sample_key}"), big-endian, top bit
+    cleared so it fits int64 (JSON readers such as HF datasets turn larger integers into floats)."""
+    digest = hashlib.sha256(f"{seed}:{sample_key}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def sample_toolsets(distribution: Distribution, seed: int, sample_key: str) -> tuple[list[str], int]:

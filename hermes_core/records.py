@@ -97,5 +97,7 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
     disposition = classify(
         messages, completed=result["completed"], universe=universe, offered=offered, settings=ctx.filters
     )
+    # `messages`: the agent's OpenAI-format messages as exchanged (raw tool-call arguments and ids,
+    # reasoning as its own field), so the OpenAI/TRL export is exact rather than re-parsed from `row`.
     return {**base, "disposition": disposition, "error": None, "reasoning_turns": [assistant_turns, with_reasoning],
-            "row": row}
+            "row": row, "messages": messages}

@@ -187,3 +187,18 @@ def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url):
     assert [r["compression_metrics"]["compressed"] for r in rows] == [True, False]
     assert any(t["value"].startswith("[CONTEXT SUMMARY]:") for t in rows[0]["conversations"])
     assert json.loads((run_dir / "recipe.json").read_text())["compression"] == {"target_max_tokens": 3000}
+
+
+def test_hermes_foundry_export_writes_every_format(isolated_homes, sim_url):
+    from datasets import load_dataset
+
+    from hermes_assets.cli import foundry_main
+
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:3])
+    assert run(isolated_homes, sim_url, dataset) == 0
+    assert foundry_main(["export", "--run_name", "t1"]) == 0
+    run_dir = isolated_homes / "data" / "t1"
+    assert (run_dir / "hf" / "README.md").is_file() and (run_dir / "trajectories.parquet").is_file()
+    messages = load_dataset("json", data_files=str(run_dir / "trl" / "messages.jsonl"), split="train",
+                            cache_dir=str(isolated_homes / "hf-cache"))
+    assert len(messages) == 3 and {"messages", "tools"} <= set(messages.column_names)

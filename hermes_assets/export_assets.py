@@ -1,0 +1,62 @@
+"""Training exports of a run as Dagster assets, in the run's group: `hf_dataset` (save_to_disk + Parquet +
+card, pushed to $HERMES_HF_REPO when that is set) and `trl_messages` (OpenAI messages for TRL).
+Thin: the work is in `hermes_core.exports`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from hermes_core import __version__
+from hermes_core.exports import REPO_ENV
+from hermes_core.recipe import Recipe, run_dir
+
+
+def _schema(features: Any) -> dg.TableSchema:
+    """Columns of a `datasets.Features` for the asset's column-schema panel."""
+    from hermes_core.exports.card import feature_type
+
+    return dg.TableSchema(columns=[dg.TableColumn(name, feature_type(f)) for name, f in features.items()])
+
+
+def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
+    run = recipe.run_name
+    folder = run_dir(data_root, run)
+    # After statistics too: the dataset card quotes the run's counts from statistics.json.
+    common = {"key_prefix": [run], "group_name": run, "code_version": __version__,
+              "deps": [dg.AssetKey([run, "filtered_trajectories"]), dg.AssetKey([run, "statistics"])]}
+
+    @dg.asset(**common, description="Kept trajectories as an HF dataset (save_to_disk) and Parquet, with a "
+              f"dataset card, one fixed schema; pushed to the Hub when ${REPO_ENV} is set.")
+    def hf_dataset() -> dg.MaterializeResult:
+        from hermes_core.exports import hf
+
+        result = hf.export_hf(folder)
+        metadata: dict[str, object] = {
+            "dagster/row_count": result.rows,
+            "dagster/column_schema": _schema(result.features),
+            "content_sha256": result.sha256,
+            "dispositions": dg.MetadataValue.json(result.dispositions),
+            **{label: dg.MetadataValue.path(str(path)) for label, path in result.paths.items()},
+        }
+        repo = os.environ.get(REPO_ENV)
+        if repo:
+            metadata["hub_commit"] = dg.MetadataValue.url(hf.push_to_hub(folder, repo))
+        return dg.MaterializeResult(metadata=metadata)
+
+    @dg.asset(**common, description="Kept trajectories as OpenAI messages (tool_calls, role: tool, "
+              "reasoning_content) with a JSON-string tools column, for TRL SFTTrainer: JSONL + Parquet.")
+    def trl_messages() -> dg.MaterializeResult:
+        from hermes_core.exports import trl
+
+        result = trl.export_trl(folder)
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": result.rows,
+            "dagster/column_schema": _schema(trl.TRL_FEATURES),
+            **{label: dg.MetadataValue.path(str(path)) for label, path in result.paths.items()},
+        })
+
+    return [hf_dataset, trl_messages]
