@@ -23,7 +23,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return path
 
 
@@ -58,8 +58,9 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or a folder (a folder's fsync makes a rename in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

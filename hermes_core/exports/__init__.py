@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from hermes_core.fileio import fsync_path
 from hermes_core.filters import Disposition
 from hermes_core.ledger import Ledger
 from hermes_core.pipeline import RunPaths, read_samples
@@ -90,14 +91,6 @@ def to_dataset(rows: list[dict[str, Any]], features: Any) -> Any:
     return datasets.Dataset(pa.Table.from_pylist(rows, schema=features.arrow_schema))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def atomic_path(final: Path, directory: bool = False) -> Iterator[Path]:
     """A temp path beside `final` to write into; on success it replaces `final` (fsync'd first), on
@@ -108,9 +101,9 @@ def atomic_path(final: Path, directory: bool = False) -> Iterator[Path]:
     try:
         yield tmp
         for file in (p for p in tmp.rglob("*") if p.is_file()) if directory else [tmp]:
-            _fsync(file)
+            fsync_path(file)
         if directory:
-            _fsync(tmp)
+            fsync_path(tmp)
             old = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.old"
             if final.exists():
                 os.rename(final, old)
@@ -118,7 +111,7 @@ def atomic_path(final: Path, directory: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        _fsync(final.parent)
+        fsync_path(final.parent)
     except BaseException:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
