@@ -12,6 +12,7 @@ import dagster as dg
 from hermes_core import pipeline
 from hermes_core.config import Endpoint, data_root
 from hermes_core.dataset import DatasetError, load_dataset
+from hermes_core.api_server.settings import add_serve_arguments
 from hermes_core.exports import add_export_arguments, run_export
 from hermes_core.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.pipeline import RunPaths
@@ -197,11 +198,18 @@ def foundry_main(argv: list[str] | None = None) -> int:
     sim.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     sim.add_argument("--latency", type=float, default=0.0, help="seconds of delay per request")
     sim.add_argument("--port-file", "--port_file", dest="port_file", help="write the bound port here")
+    serve_parser = commands.add_parser(
+        "serve", help="OpenAI-compatible API server: each chat completion runs the full agent with its tools")
+    add_serve_arguments(serve_parser)
     export = commands.add_parser("export", help="export a run for training: HF datasets/Parquet, TRL messages, Hub push")
     add_export_arguments(export)
     args = parser.parse_args(argv)
     if args.command == "export":
         return run_export(args)
+    if args.command == "serve":
+        from hermes_core.api_server import serve_command  # the ASGI app only when serving
+
+        return serve_command(args)
     if args.command == "sim-model":
         from hermes_core.simulated.server import serve
 

@@ -12,8 +12,6 @@ import hashlib
 import json
 import math
 import os
-import socket
-import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
@@ -27,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from hermes_core.asgi_thread import ThreadedServer, bind_socket, http_url, serve_on_socket, uvicorn_config
 from hermes_core.simulated.policy import (
     MODEL_ID,
     Reply,
@@ -213,30 +212,8 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind ourselves so the real port is known before uvicorn starts (port 0 = any free port)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
 def _config(latency: float, log_level: str, log: RequestLog | None = None) -> uvicorn.Config:
-    return uvicorn.Config(
-        create_app(latency, log),
-        lifespan="off",
-        log_level=log_level,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-        backlog=2048,
-    )
+    return uvicorn_config(create_app(latency, log), log_level)
 
 
 class SimulatedModelServer:
@@ -247,44 +224,27 @@ class SimulatedModelServer:
         self.port = port
         self.latency = latency
         self.log = RequestLog()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
+        self._runner: ThreadedServer | None = None
 
     @property
     def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return http_url(self.host, self.port, "/v1")
 
     def start(self, timeout: float = 5.0) -> SimulatedModelServer:
-        if self._thread is not None:
+        if self._runner is not None:
             return self
-        self._sock = _bind(self.host, self.port)
-        self.port = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(_config(self.latency, "warning", self.log))
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, name=f"hermes-sim:{self.port}", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"simulated model server failed to start on {self.host}:{self.port}")
-            time.sleep(0.005)
+        runner = ThreadedServer(_config(self.latency, "warning", self.log), self.host, self.port, "hermes-sim")
+        try:
+            runner.start(timeout)
+        except RuntimeError as exc:
+            raise RuntimeError(f"simulated model server failed to start on {self.host}:{runner.port}") from exc
+        self._runner, self.port = runner, runner.port
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive() and self._server is not None:
-                self._server.force_exit = True  # stuck streams: stop waiting for them
-                self._thread.join(timeout)
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._thread = self._sock = None
+        if self._runner is not None:
+            self._runner.stop(timeout)
+        self._runner = None
 
     def __enter__(self) -> SimulatedModelServer:
         return self.start()
@@ -295,7 +255,7 @@ class SimulatedModelServer:
 
 def serve(host: str = "127.0.0.1", port: int = 0, latency: float = 0.0, port_file: str | None = None) -> None:
     """Serve in the foreground until SIGINT/SIGTERM; the bound port goes to `port_file` if given."""
-    sock = _bind(host, port)
+    sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
     if port_file:
         # Write then rename, so a poller never reads a half-written port.
@@ -303,8 +263,5 @@ def serve(host: str = "127.0.0.1", port: int = 0, latency: float = 0.0, port_fil
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         tmp.write_text(f"{bound}\n")
         tmp.replace(target)
-    print(f"hermes-sim (simulated model) listening on http://{host}:{bound}/v1", flush=True)
-    try:
-        uvicorn.Server(_config(latency, "warning")).run(sockets=[sock])
-    finally:
-        sock.close()
+    print(f"hermes-sim (simulated model) listening on {http_url(host, bound, '/v1')}", flush=True)
+    serve_on_socket(_config(latency, "warning"), sock)
