@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import json
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Awaitable, Callable, TypeVar
@@ -227,6 +228,11 @@ class AIAgent:
         return self._backend
 
 
+def _close_when_opened(opening: "asyncio.Future[Sandbox]") -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        threading.Thread(target=opening.result().close, name="hermes-sandbox-close", daemon=True).start()
+
+
 class _Session:
     """One conversation's tool side: its sandbox (opened lazily, closed in finally) and state."""
 
@@ -241,7 +247,13 @@ class _Session:
     async def _context(self) -> ToolContext:
         if self.sandbox is None:
             backend = self.agent._sandbox_backend()
-            self.sandbox = await asyncio.to_thread(backend.open, self.task_id, self.agent.image, self.agent.cwd)
+            opening = asyncio.ensure_future(
+                asyncio.to_thread(backend.open, self.task_id, self.agent.image, self.agent.cwd))
+            try:
+                self.sandbox = await asyncio.shield(opening)
+            except asyncio.CancelledError:  # the thread still opens it: close it once it has
+                opening.add_done_callback(_close_when_opened)
+                raise
         return ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state)
 
     async def close(self) -> None:

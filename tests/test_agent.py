@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -176,3 +177,32 @@ def test_tool_progress_events_bracket_each_call(sim_url):
         (calls[0]["id"], "running"), (calls[0]["id"], "completed"), (calls[1]["id"], "running"),
         (calls[1]["id"], "completed")]
     assert events[0]["tool"] == calls[0]["function"]["name"] and events[0]["label"].startswith(events[0]["tool"])
+
+
+def test_a_run_cancelled_while_its_sandbox_opens_still_closes_it(sim_url):
+    import asyncio
+
+    from hermes_core.sandbox import SandboxSettings
+    from hermes_core.sandbox.local import PlainBackend
+
+    closed = []
+
+    class SlowBackend(PlainBackend):
+        def open(self, *args, **kwargs):
+            time.sleep(0.4)
+            sandbox = super().open(*args, **kwargs)
+            original = sandbox.close
+            sandbox.close = lambda: (closed.append(True), original())
+            return sandbox
+
+    async def scenario():
+        agent = make_agent(sim_url, sandbox_backend=SlowBackend(SandboxSettings()))
+        task = asyncio.ensure_future(agent.arun_conversation("Run ls"))
+        await asyncio.sleep(0.2)  # the model answered with a tool call; the sandbox is opening
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.6)
+
+    asyncio.run(scenario())
+    assert closed == [True]

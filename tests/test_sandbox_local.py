@@ -452,3 +452,41 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_reap_cleans(lo
         assert local.hierarchy is None or cgroup_name not in str(session_leftovers(local.state_root))
         assert local.reap() == 0
     assert session_leftovers(local.state_root) == []
+
+
+@pytest.mark.parametrize("name", ["local", "plain"])
+def test_close_racing_a_starting_exec_leaves_no_process(tmp_path: Path, name: str) -> None:
+    """close() from another thread (a cancelled request) while an exec is starting must kill it."""
+    import threading
+    import uuid
+
+    from hermes_core.sandbox import SandboxSettings, get_backend
+
+    backend = get_backend(name, SandboxSettings(state_root=tmp_path / "race"))
+    for attempt in range(10):
+        tag = f"{6000 + attempt}.{uuid.uuid4().int % 1000:03d}"
+        sandbox = backend.open(f"race{attempt}")
+        runner = threading.Thread(target=lambda: _swallow(lambda: sandbox.exec(f"sleep {tag}")))
+        runner.start()
+        time.sleep(0.002 * attempt)
+        sandbox.close()
+        runner.join(10)
+        time.sleep(0.1)
+        assert not [p for p in _cmdlines() if p.startswith(f"sleep {tag}")], f"attempt {attempt} leaked"
+
+
+def _swallow(call) -> None:
+    try:
+        call()
+    except Exception:
+        pass
+
+
+def _cmdlines() -> list[str]:
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            found.append(path.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found

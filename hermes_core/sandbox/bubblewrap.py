@@ -31,9 +31,7 @@ from typing import Literal
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, detect, session_names
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive,
-                                           owner_record, pin_namespace, remove_tree, run_command, sanitized_env,
-                                           write_owner)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, write_owner)
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -154,7 +152,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         if timeout <= 0:
             raise SandboxError("timeout must be positive")
         argv = self._argv([self.shell, "-c", command])
-        return run_command(argv, str(self.state_dir), self.env, timeout, self.output_cap, tuple(self._fds.values()))[0]
+        return self.jobs.run(argv, str(self.state_dir), self.env, timeout, self.output_cap, tuple(self._fds.values()))[0]
 
     def spawn(self, command: str) -> int:
         argv = self._argv([self.shell, "-c", command])

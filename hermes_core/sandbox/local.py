@@ -15,8 +15,7 @@ import tempfile
 from pathlib import Path
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, orphaned, remove_tree,
-                                           run_command, sanitized_env, shell_argv, write_owner)
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, remove_tree, sanitized_env, shell_argv, write_owner)
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
 
@@ -54,10 +53,7 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
         timeout = self.command_timeout if timeout is None else float(timeout)
         if timeout <= 0:
             raise SandboxError("timeout must be positive")
-        result, pgid = run_command(shell_argv(command), self.cwd, self.env, timeout, self.output_cap)
-        if group_alive(pgid):  # e.g. `server > log 2>&1 &` outlives the command; close() stops it
-            self.jobs.exec_groups.add(pgid)
-        return result
+        return self.jobs.run(shell_argv(command), self.cwd, self.env, timeout, self.output_cap)[0]
 
     def spawn(self, command: str) -> int:
         self._check_open()

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
 # truncate_output: also imported from here by callers outside the package (hermes_core.tools.code).
@@ -93,7 +94,8 @@ def shell_exit_code(returncode: int) -> int:
 
 
 def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
-                cap: int = DEFAULT_OUTPUT_CAP_BYTES, pass_fds: tuple[int, ...] = ()) -> tuple[ExecResult, int]:
+                cap: int = DEFAULT_OUTPUT_CAP_BYTES, pass_fds: tuple[int, ...] = (),
+                on_start: Callable[[int], None] | None = None) -> tuple[ExecResult, int]:
     """Run `argv` in a new process group with merged, capped output; returns the result and the pgid.
 
     Reading stops at EOF, at the timeout (the whole group is killed, `exit_code` None), or shortly
@@ -105,6 +107,8 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
     except OSError as exc:
         raise SandboxError(f"could not start command: {exc}") from exc
     pgid = proc.pid  # start_new_session makes the shell the leader of a fresh group
+    if on_start:
+        on_start(pgid)
     buffer, deadline = CappedBuffer(cap), time.monotonic() + timeout
     drain_until: float | None = None
     timed_out = stragglers = False
@@ -206,10 +210,42 @@ class BackgroundJobs:
         self.jobs: dict[int, _Job] = {}
         self.exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._lock = threading.Lock()  # a model may start several in parallel tool calls
+        # Commands running right now, and whether the session is closing: close() may come from
+        # another thread (a cancelled request) while an exec is starting, and must not miss it.
+        self._running: set[int] = set()
+        self._inflight = 0
+        self.closed = False
+
+    def run(self, argv: list[str], cwd: str, env: dict[str, str], timeout: float, cap: int,
+            pass_fds: tuple[int, ...] = ()) -> tuple[ExecResult, int]:
+        """`run_command` for the session's `exec`: refused once closing; killed by `kill_all`."""
+        with self._lock:
+            if self.closed:
+                raise SandboxError("the sandbox is closed")
+            self._inflight += 1
+        pgid = None
+        try:
+            result, pgid = run_command(argv, cwd, env, timeout, cap, pass_fds, on_start=self._started)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._running.discard(pgid)
+        if group_alive(pgid):  # e.g. `server > log 2>&1 &` outlives the command; close() stops it
+            self.exec_groups.add(pgid)
+        return result, pgid
+
+    def _started(self, pgid: int) -> None:
+        with self._lock:
+            self._running.add(pgid)
+            closing = self.closed
+        if closing:  # close() began while this command was starting
+            _kill_group_now(pgid)
 
     def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
               pass_fds: tuple[int, ...] = ()) -> int:
         with self._lock:
+            if self.closed:
+                raise SandboxError("the sandbox is closed")
             job_id = len(self.jobs) + 1
             log = self.log_dir / f"process-{job_id}.log"
             with open(log, "wb") as out:
@@ -237,13 +273,32 @@ class BackgroundJobs:
     def statuses(self) -> list[ProcessStatus]:
         return [self.poll(job_id) for job_id in sorted(self.jobs)]
 
-    def kill_all(self) -> None:
-        """Every background command, then whatever `exec` commands left running (`exec_groups`)."""
+    def kill_all(self, wait_s: float = 10.0) -> None:
+        """Refuse new commands; kill running `exec` commands (waiting until they have returned),
+        every background command, and whatever `exec` commands left running (`exec_groups`)."""
+        with self._lock:
+            self.closed = True
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._lock:
+                running, inflight = list(self._running), self._inflight
+            for pgid in running:
+                _kill_group_now(pgid)
+            if not inflight or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         for job in self.jobs.values():
             kill_process_group(job.proc.pid, job.proc)
         for pgid in self.exec_groups:
             if group_alive(pgid):
                 kill_process_group(pgid)
+
+
+def _kill_group_now(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class BackgroundJobsMixin:

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group,
-                                           orphaned, remove_tree, run_command, sanitized_env, write_owner)
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, remove_tree, sanitized_env, write_owner)
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
 DEFAULT_CWD = "/workspace"
@@ -97,10 +96,9 @@ class SingularitySandbox(BackgroundJobsMixin, Sandbox):
         timeout = self.settings.command_timeout_s if timeout is None else float(timeout)
         if timeout <= 0:
             raise SandboxError("timeout must be positive")
-        result, pgid = run_command(self._argv(command), str(self.state_dir), self.env, timeout,
-                                   self.settings.output_cap_bytes)
-        if group_alive(pgid):
-            self.jobs.exec_groups.add(pgid)
+        result, pgid = self.jobs.run(self._argv(command), str(self.state_dir), self.env, timeout,
+                                     self.settings.output_cap_bytes)
+        if pgid in self.jobs.exec_groups:  # left processes running: the reaper must know them too
             self._remember_group(pgid)
         return result
 
