@@ -53,14 +53,17 @@ def run_jobs(
         queue: asyncio.Queue[SampleJob] = asyncio.Queue()
         for job in jobs:
             queue.put_nowait(job)
-        limits = httpx.Limits(max_connections=workers * 2, max_keepalive_connections=workers * 2)
         timeout = httpx.Timeout(endpoint.request_timeout_s, connect=30.0)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+        tls = httpx.create_ssl_context()  # loading the CA store costs ~30 ms: once, not per session
 
-            async def worker() -> None:
+        async def worker() -> None:
+            # One keep-alive connection per session: httpcore checks every pooled connection on
+            # each request, so one shared pool costs O(sessions) CPU per model call.
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            async with httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) as http:
                 while not queue.empty():
                     on_record(await session(queue.get_nowait(), http))
 
-            await asyncio.gather(*(worker() for _ in range(workers)))
+        await asyncio.gather(*(worker() for _ in range(workers)))
 
     asyncio.run(main())
