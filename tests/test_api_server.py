@@ -22,6 +22,7 @@ import pytest
 from hermes_core.api_server import ApiServer, ApiServerSettings, SettingsError, load_settings, serve_main
 from hermes_core.api_server.app import parse_chat_request
 from hermes_core.config import Endpoint
+from procs import processes_with
 
 KEY = "test-key-0123456789abcdef"
 ALLOWED = "https://chat.example.com"
@@ -101,16 +102,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     return predicate()
 
 
-def processes_with(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if text in raw and "State:\tZ" not in (cmdline.parent / "status").read_text():
-                found.append(raw)
-        except OSError:
-            continue
-    return found
 
 
 def command_running(marker: str) -> bool:

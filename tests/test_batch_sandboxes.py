@@ -14,7 +14,8 @@ import pytest
 
 from hermes_assets.cli import batch_main
 from test_batch_cli import ledger_records, read_jsonl, write_dataset
-from test_sandbox_contract import host_processes_with, marker
+from procs import processes_with
+from test_sandbox_contract import marker
 
 BIN = Path(sys.executable).parent
 TEST_IMAGE = "hermes-test/bookworm:latest"
@@ -87,16 +88,16 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_r
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=False)
     try:
         deadline = time.monotonic() + 60
-        sleeping = lambda: [p for p in host_processes_with(f"sleep {tag}") if p.startswith("sleep")]  # noqa: E731
+        sleeping = lambda: [p for p in processes_with(f"sleep {tag}") if p.startswith("sleep")]  # noqa: E731
         while len(sleeping()) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(sleeping()) == 2, "the sandboxed commands never started"
         batch.send_signal(signal.SIGKILL)
         batch.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while host_processes_with(f"sleep {tag}") and time.monotonic() < deadline:
+        while processes_with(f"sleep {tag}") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert host_processes_with(f"sleep {tag}") == []
+        assert processes_with(f"sleep {tag}") == []
     finally:
         if batch.poll() is None:
             batch.kill()

@@ -13,6 +13,7 @@ import pytest
 
 from contract_backends import BACKENDS
 from hermes_core.sandbox import SandboxBackend, SandboxError
+from procs import processes_with
 
 
 def _contract(name: str):
@@ -45,17 +46,6 @@ def marker() -> str:
     return f"{4000 + uuid.uuid4().int % 5000}.{uuid.uuid4().int % 1000:03d}"
 
 
-def host_processes_with(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            status = (cmdline.parent / "status").read_text()
-        except OSError:
-            continue
-        if text in raw and "State:\tZ" not in status:
-            found.append(raw)
-    return found
 
 
 def test_exec_reports_output_and_exit_code(make):
@@ -136,7 +126,7 @@ def test_timeout_kills_the_whole_tree_and_the_session_stays_usable(make):
     result = sandbox.exec(f"(setsid sh -c 'sleep {tag}' &); sleep {tag}", timeout=1)
     assert result.timed_out and time.monotonic() - started < 10
     time.sleep(0.5)
-    assert host_processes_with(f"sleep {tag}") == []
+    assert processes_with(f"sleep {tag}") == []
     assert sandbox.exec("echo still here").output.strip() == "still here"
 
 
@@ -197,7 +187,7 @@ def test_nothing_is_left_behind_after_close(make, contract, tmp_path):
     time.sleep(0.3)
     sandbox.close()
     time.sleep(0.5)
-    assert host_processes_with(f"sleep {tag}") == []
+    assert processes_with(f"sleep {tag}") == []
     sandbox.close()  # idempotent
     with pytest.raises(SandboxError):
         sandbox.exec("true")

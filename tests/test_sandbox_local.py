@@ -24,6 +24,7 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect
 from hermes_core.sandbox.local import PlainBackend, PlainSandbox
 from hermes_core.sandbox.processes import truncate_output
+from procs import processes_with
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,16 +44,6 @@ def live_members(pgid: int) -> list[int]:
     return members
 
 
-def processes_with(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if text in raw and "State:\tZ" not in (cmdline.parent / "status").read_text():
-                found.append(raw)
-        except OSError:
-            continue
-    return found
 
 
 def wait_until(predicate, timeout: float = 10.0) -> bool:
@@ -472,7 +463,7 @@ def test_close_racing_a_starting_exec_leaves_no_process(tmp_path: Path, name: st
         sandbox.close()
         runner.join(10)
         time.sleep(0.1)
-        assert not [p for p in _cmdlines() if p.startswith(f"sleep {tag}")], f"attempt {attempt} leaked"
+        assert not [p for p in processes_with(f"sleep {tag}") if p.startswith("sleep")], f"attempt {attempt} leaked"
 
 
 def _swallow(call) -> None:
@@ -481,12 +472,3 @@ def _swallow(call) -> None:
     except Exception:
         pass
 
-
-def _cmdlines() -> list[str]:
-    found = []
-    for path in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            found.append(path.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found

@@ -18,6 +18,7 @@ from contract_backends import modal as modal_contract
 from contract_backends import singularity as singularity_contract
 from hermes_core.sandbox import SandboxError, SandboxSettings
 from hermes_core.sandbox.singularity import SingularityBackend, apptainer_argv, find_executable
+from procs import processes_with
 
 FAKE_APPTAINER = str(singularity_contract.FAKE_APPTAINER)
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,12 +125,12 @@ def test_singularity_reaps_sessions_of_dead_owners_and_their_processes(tmp_path)
         sandbox.spawn("sleep {tag}")
         import time; time.sleep(0.5)
     """, {"HERMES_APPTAINER": FAKE_APPTAINER})
-    assert any(f"sleep {tag}" in line for line in _cmdlines())
+    assert processes_with(f"sleep {tag}")
     with backend.open("mine", singularity_contract.IMAGE) as mine:
         assert backend.reap() == 1
         assert mine.state_dir.is_dir() and mine.exec("echo alive").output.strip() == "alive"
         time.sleep(0.3)
-        assert not any(f"sleep {tag}" in line for line in _cmdlines())
+        assert not processes_with(f"sleep {tag}")
     assert singularity_contract.leftovers(tmp_path) == []
 
 
@@ -153,14 +154,6 @@ def test_singularity_files_outside_the_workdir(tmp_path):
         assert b"bookworm" in sandbox.read_file("release")
 
 
-def _cmdlines() -> list[str]:
-    found = []
-    for path in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            found.append(path.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
 
 
 # --- modal ------------------------------------------------------------------------------------
