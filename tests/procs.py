@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable
 
 
 def processes_with(text: str) -> list[str]:
@@ -16,3 +18,13 @@ def processes_with(text: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll `predicate` until it holds or `timeout` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

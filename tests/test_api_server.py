@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import openai
@@ -22,7 +22,7 @@ import pytest
 from hermes_core.api_server import ApiServer, ApiServerSettings, SettingsError, load_settings, serve_main
 from hermes_core.api_server.app import parse_chat_request
 from hermes_core.config import Endpoint
-from procs import processes_with
+from procs import processes_with, wait_until
 
 KEY = "test-key-0123456789abcdef"
 ALLOWED = "https://chat.example.com"
@@ -91,17 +91,6 @@ def raw_stream(server: ApiServer, text: str, headers: dict[str, str] | None = No
 def content_of(events: list) -> str:
     return "".join(d["choices"][0]["delta"].get("content") or "" for n, d in events if n is None and d != "[DONE]"
                    and d.get("choices"))
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 
 
 def command_running(marker: str) -> bool:

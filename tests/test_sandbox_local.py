@@ -24,7 +24,7 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect
 from hermes_core.sandbox.local import PlainBackend, PlainSandbox
 from hermes_core.sandbox.processes import truncate_output
-from procs import processes_with
+from procs import processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,17 +42,6 @@ def live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             members.append(int(entry))
     return members
-
-
-
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def tag() -> str:
