@@ -157,23 +157,19 @@ def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefi
     def every_sample_accounted_for() -> dg.AssetCheckResult:
         return _accounting(paths)
 
-    @dg.asset_check(asset=target, name="no_reasoning_rate",
-                    description=f"discarded_no_reasoning ÷ judged samples ≤ ${NO_REASONING_ENV} "
-                    f"(default {DEFAULT_MAX_NO_REASONING_RATE}).")
-    def no_reasoning_rate() -> dg.AssetCheckResult:
-        counts, judged = _finished_counts(paths)
-        threshold = rate_threshold(NO_REASONING_ENV, DEFAULT_MAX_NO_REASONING_RATE)
-        return _rate_result("no-reasoning", counts[Disposition.DISCARDED_NO_REASONING], judged, threshold,
-                            NO_REASONING_ENV)
+    def rate_check(name: str, label: str, disposition: str, env_name: str, default: float):
+        @dg.asset_check(asset=target, name=name,
+                        description=f"{disposition} ÷ judged samples ≤ ${env_name} (default {default}).")
+        def check() -> dg.AssetCheckResult:
+            counts, judged = _finished_counts(paths)
+            return _rate_result(label, counts[disposition], judged, rate_threshold(env_name, default), env_name)
 
-    @dg.asset_check(asset=target, name="hallucination_rate",
-                    description=f"discarded_hallucinated_tool ÷ judged samples ≤ ${HALLUCINATION_ENV} "
-                    f"(default {DEFAULT_MAX_HALLUCINATION_RATE}).")
-    def hallucination_rate() -> dg.AssetCheckResult:
-        counts, judged = _finished_counts(paths)
-        threshold = rate_threshold(HALLUCINATION_ENV, DEFAULT_MAX_HALLUCINATION_RATE)
-        return _rate_result("hallucinated-tool", counts[Disposition.DISCARDED_HALLUCINATED_TOOL], judged, threshold,
-                            HALLUCINATION_ENV)
+        return check
+
+    no_reasoning_rate = rate_check("no_reasoning_rate", "no-reasoning", Disposition.DISCARDED_NO_REASONING,
+                                   NO_REASONING_ENV, DEFAULT_MAX_NO_REASONING_RATE)
+    hallucination_rate = rate_check("hallucination_rate", "hallucinated-tool", Disposition.DISCARDED_HALLUCINATED_TOOL,
+                                    HALLUCINATION_ENV, DEFAULT_MAX_HALLUCINATION_RATE)
 
     return [loads_with_hf_datasets, no_duplicate_sample_keys, every_sample_accounted_for, no_reasoning_rate,
             hallucination_rate]

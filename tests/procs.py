@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import time
+import uuid
+import os
 from pathlib import Path
 from typing import Callable
+
+
+def marker() -> str:
+    """A sleep duration no other process on the machine uses, to find leftovers by command line."""
+    return f"{4000 + uuid.uuid4().int % 5000}.{uuid.uuid4().int % 1000:03d}"
 
 
 def processes_with(text: str) -> list[str]:
@@ -28,3 +35,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def live_members(pgid: int) -> list[int]:
+    """Pids of the non-zombie processes of a process group."""
+    members = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from hermes_assets.cli import batch_main
 from hermes_core.tools import registry

@@ -14,8 +14,7 @@ import pytest
 
 from hermes_assets.cli import batch_main
 from test_batch_cli import ledger_records, read_jsonl, write_dataset
-from procs import processes_with
-from test_sandbox_contract import marker
+from procs import marker, processes_with
 
 BIN = Path(sys.executable).parent
 TEST_IMAGE = "hermes-test/bookworm:latest"

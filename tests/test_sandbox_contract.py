@@ -13,7 +13,7 @@ import pytest
 
 from contract_backends import BACKENDS
 from hermes_core.sandbox import SandboxBackend, SandboxError
-from procs import processes_with
+from procs import marker, processes_with
 
 
 def _contract(name: str):
@@ -39,11 +39,6 @@ def make(contract, tmp_path):
     yield open_sandbox
     for sandbox in opened:
         sandbox.close()
-
-
-def marker() -> str:
-    """A sleep duration no other process on the machine uses, to find leftovers by command line."""
-    return f"{4000 + uuid.uuid4().int % 5000}.{uuid.uuid4().int % 1000:03d}"
 
 
 

@@ -304,7 +304,7 @@ def test_concurrent_requests_overlap() -> None:
     async def post(port: int, index: int) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         body = json.dumps({"model": "m", "messages": user(f"question {index}")}).encode()
-        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
+        head = "POST /v1/chat/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
         writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         await writer.drain()
         response = await reader.read()

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
-# truncate_output: also imported from here by callers outside the package (hermes_core.tools.code).
-from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, read_capped_file, truncate_output  # noqa: F401
+from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, read_capped_file
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a process group
 DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after the shell exited

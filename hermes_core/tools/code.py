@@ -6,7 +6,7 @@ import secrets
 from typing import Any
 
 from hermes_core.sandbox import DEFAULT_OUTPUT_CAP_BYTES, SandboxError
-from hermes_core.sandbox.processes import truncate_output
+from hermes_core.sandbox.output import truncate_output
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 from hermes_core.tools.terminal import MAX_TIMEOUT_S
 
