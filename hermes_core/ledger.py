@@ -70,6 +70,7 @@ class Ledger:
         self.raw_dir = raw_dir
         self.latest: dict[str, dict[str, Any]] = {}
         self.failures: dict[str, int] = {}
+        self.records_per_partition: dict[str, int] = {}  # attempts recorded in each raw/<partition>.jsonl
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
         self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                       "sandboxes_created": 0, "sandboxes_failed": 0}
@@ -79,6 +80,8 @@ class Ledger:
 
     def _note(self, record: dict[str, Any]) -> None:
         self.latest[record["sample_key"]] = record
+        partition = record["partition_key"]
+        self.records_per_partition[partition] = self.records_per_partition.get(partition, 0) + 1
         self.spent["api_calls"] += record.get("api_calls", 0)
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
             self.spent[key] += (record.get("usage") or {}).get(key, 0)

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hermes_core.config import Endpoint
 from hermes_core.dataset import Dataset, Sample, load_dataset
@@ -189,14 +189,23 @@ def run_partitions(
     return outcomes
 
 
+def current_records(paths: RunPaths, ledger: Ledger | None = None) -> Iterator[tuple[Sample, dict[str, Any]]]:
+    """(sample, its latest ledger record) for every sample of the dataset as loaded now that has a
+    record, in prompt order: what every merged output is built from."""
+    ledger = Ledger(paths.raw) if ledger is None else ledger
+    for sample in read_samples(paths):
+        record = ledger.latest.get(sample.sample_key)
+        if record is not None:
+            yield sample, record
+
+
 def write_trajectories(paths: RunPaths) -> dict[str, int]:
     """Merge kept rows of the current dataset in prompt order, one per sample key; write the
     final file and the checkpoint atomically."""
     ledger = Ledger(paths.raw)
     rows, done = [], []
-    for sample in read_samples(paths):
-        record = ledger.latest.get(sample.sample_key)
-        if record is None or not ledger.is_done(sample.sample_key):
+    for sample, record in current_records(paths, ledger):
+        if record["disposition"] not in Disposition.FINAL:
             continue
         done.append(sample.prompt_index)
         if record["disposition"] == Disposition.KEPT:
@@ -205,7 +214,7 @@ def write_trajectories(paths: RunPaths) -> dict[str, int]:
     atomic_write_json(paths.checkpoint, {
         "run_name": paths.root.name,
         "completed_prompts": sorted(done),
-        "batch_stats": {path.stem: sum(1 for _ in read_jsonl(path)) for path in sorted(paths.raw.glob("*.jsonl"))},
+        "batch_stats": dict(sorted(ledger.records_per_partition.items())),
         "last_updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     return {"kept": len(rows), "done": len(done)}

@@ -65,9 +65,17 @@ class Recipe:
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        self.load_distribution()
+        # Resolved once: both are read per batch, and a distributions file would be re-parsed each time.
+        object.__setattr__(self, "_distribution", self._resolve_distribution())
+        object.__setattr__(self, "_fingerprint", self._compute_fingerprint())
 
     def load_distribution(self) -> Distribution:
+        return self._distribution  # type: ignore[attr-defined]
+
+    def fingerprint(self) -> str:
+        return self._fingerprint  # type: ignore[attr-defined]
+
+    def _resolve_distribution(self) -> Distribution:
         distributions = load_distributions(self.distributions_file)
         if self.distribution not in distributions:
             raise RecipeError(
@@ -79,7 +87,7 @@ class Recipe:
     def filters(self) -> FilterSettings:
         return FilterSettings(require_reasoning=not self.reasoning_disabled)
 
-    def fingerprint(self) -> str:
+    def _compute_fingerprint(self) -> str:
         settings: dict[str, Any] = {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
         settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
         canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))

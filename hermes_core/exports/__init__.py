@@ -31,8 +31,7 @@ from typing import Any, Iterator
 
 from hermes_core.fileio import fsync_path
 from hermes_core.filters import Disposition
-from hermes_core.ledger import Ledger
-from hermes_core.pipeline import RunPaths, read_samples
+from hermes_core.pipeline import RunPaths, current_records
 
 FORMATS = ("hf", "parquet", "trl")
 REPO_ENV = "HERMES_HF_REPO"  # with a token (HF_TOKEN or `hf auth login`), exports are pushed there
@@ -71,15 +70,11 @@ def collect_rows(paths: RunPaths, include_discarded: bool = False) -> list[Expor
     if not paths.prompts.is_file():
         raise ExportError(f"{paths.root}: no planned run here (run hermes-batch, or materialize its prompts)")
     wanted = {Disposition.KEPT} | (DISCARDED if include_discarded else set())
-    ledger = Ledger(paths.raw)
-    rows = []
-    for sample in read_samples(paths):
-        record = ledger.latest.get(sample.sample_key)
-        if record is None or record["disposition"] not in wanted or record.get("row") is None:
-            continue
-        rows.append(ExportRow({**record["row"], "prompt_index": sample.prompt_index}, record["disposition"],
-                              record.get("messages")))
-    return rows
+    return [
+        ExportRow({**record["row"], "prompt_index": sample.prompt_index}, record["disposition"], record.get("messages"))
+        for sample, record in current_records(paths)
+        if record["disposition"] in wanted and record.get("row") is not None
+    ]
 
 
 def to_dataset(rows: list[dict[str, Any]], features: Any) -> Any:
