@@ -1,12 +1,20 @@
-"""Throughput of a batch run against the simulated endpoint, measured from the command to its exit.
+"""Throughput of batch runs against the simulated endpoint, measured from the user's command to its exit.
 
-    .venv/bin/python bench/throughput.py [--samples 200] [--latency 0.5] [--workers 4 64]
+    .venv/bin/python bench/throughput.py [--latency 0.5] [--quick] [--profile]
 
-For each worker count: a fresh run of `hermes-batch` (a separate process, as a user runs it) over
-N one-tool-call prompts, with the simulated endpoint in another process. Prints, per run:
-efficiency = ideal wall ÷ actual wall, where ideal = calls per sample × latency × ceil(N ÷ workers)
-(the endpoint-bound lower limit), and the orchestrator's CPU seconds per sample (its whole
-process tree, sandboxes included; the endpoint excluded).
+The endpoint (`hermes-foundry sim-model`, one tool call per sample) runs in its own process; each
+run is a fresh `hermes-batch` process with the local (bubblewrap) sandbox backend. Figures, each
+printed with its target:
+- efficiency = ideal wall ÷ actual wall, ideal = calls per sample × latency × ceil(samples ÷ sessions)
+  (the endpoint bound), for 4 sessions × 200 samples and 64 × 2,000;
+- orchestrator CPU seconds per sample: the command's whole process tree, sandboxes included;
+- 256 × 4,000: throughput against the lower of the endpoint bound and the CPU bound
+  (samples × CPU per sample ÷ cores), and which one binds;
+- start-up (command → first model request) and a resume with nothing to do;
+- a 100,000-row dataset validated, keyed, batched and planned (`--plan_only`): wall and peak RSS;
+- Dagster bookkeeping: time spent writing events ÷ wall, in the 2,000-sample run.
+`--quick` skips the two largest runs; `--profile` also records a py-spy profile (GIL holders) of
+the 64-session run into bench/results/. Results are written to bench/results/throughput.txt.
 """
 
 from __future__ import annotations
@@ -15,75 +23,157 @@ import argparse
 import json
 import math
 import os
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import BIN, Endpoint, Measured, batch_env, run_measured, write_prompts  # noqa: E402
+
 CALLS_PER_SAMPLE = 2  # one tool round, then the answer
+RESULTS = Path(__file__).parent / "results"
+TIMED_BATCH = Path(__file__).with_name("timed_batch.py")
 
 
-def start_endpoint(latency: float, workdir: Path) -> tuple[subprocess.Popen, str]:
-    port_file = workdir / "port"
-    proc = subprocess.Popen([str(BIN / "hermes-foundry"), "sim-model", "--port", "0", "--latency", str(latency),
-                             "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("the simulated endpoint did not start")
-        time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+class Report:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def figure(self, name: str, value: float, fmt: str, target: float, higher_is_better: bool, note: str = "") -> None:
+        ok = value >= target if higher_is_better else value <= target
+        line = (f"{name:<46} {value:{fmt}}   target {'≥' if higher_is_better else '≤'} {target:{fmt}}   "
+                f"{'ok' if ok else 'MISSED'}{'   ' + note if note else ''}")
+        self.say(line)
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
 
 
-def endpoint_requests(base_url: str) -> int:
-    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/sim/requests", timeout=10) as response:
-        return json.load(response)["requests"]
+def batch_argv(dataset: Path, run: str, endpoint: Endpoint, sessions: int, batch_size: int,
+               timed: bool = False) -> list[str]:
+    command = [sys.executable, str(TIMED_BATCH)] if timed else [str(BIN / "hermes-batch")]
+    return [*command, f"--dataset_file={dataset}", f"--run_name={run}", f"--base_url={endpoint.base_url}",
+            "--distribution=terminal_only", f"--num_workers={sessions}", f"--batch_size={batch_size}"]
 
 
-def measure(samples: int, workers: int, latency: float, base_url: str, workdir: Path) -> dict[str, float]:
-    dataset = workdir / f"prompts-{workers}.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": f"Task {i}: run a shell command"}) + "\n" for i in range(samples)))
-    env = {**os.environ, "HERMES_DATA_DIR": str(workdir / "data"), "DAGSTER_HOME": str(workdir / "dagster_home")}
-    (workdir / "dagster_home").mkdir(exist_ok=True)
-    before_requests = endpoint_requests(base_url)
-    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    subprocess.run([str(BIN / "hermes-batch"), f"--dataset_file={dataset}", f"--run_name=bench_{workers}",
-                    f"--base_url={base_url}", "--distribution=terminal_only", f"--num_workers={workers}",
-                    f"--batch_size={max(1, samples // 20)}"], env=env, check=True,
+def endpoint_run(report: Report, workdir: Path, endpoint: Endpoint, sessions: int, samples: int,
+                 latency: float, timed: bool = False) -> tuple[Measured, dict]:
+    dataset = write_prompts(workdir / f"prompts-{samples}.jsonl", samples)
+    env = batch_env(workdir)
+    if timed:
+        env["HERMES_BENCH_EVENTS"] = str(workdir / "events.json")
+    before, endpoint_cpu = endpoint.log()["requests"], endpoint.cpu_seconds()
+    measured = run_measured(batch_argv(dataset, f"s{sessions}x{samples}", endpoint, sessions,
+                                       batch_size=max(10, samples // 20), timed=timed), env)
+    log = endpoint.log()
+    calls = log["requests"] - before
+    ideal = (calls / samples) * latency * math.ceil(samples / sessions)
+    figures = {"calls_per_sample": calls / samples, "ideal": ideal, "efficiency": ideal / measured.wall,
+               "cpu_per_sample": measured.cpu / samples, "startup": log["first_at"] - measured.started,
+               "endpoint_cpu": endpoint.cpu_seconds() - endpoint_cpu, "dataset": dataset, "env": env}
+    report.say(f"-- {sessions} sessions × {samples} samples: wall {measured.wall:.1f} s, ideal {ideal:.1f} s, "
+               f"{calls / samples:.2f} calls/sample, orchestrator CPU {measured.cpu:.1f} s, endpoint CPU "
+               f"{figures['endpoint_cpu']:.1f} s, peak RSS {measured.max_rss_mb:.0f} MB")
+    return measured, figures
+
+
+def small_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 4, 200, latency)
+    report.figure("efficiency, 4 sessions × 200 samples", f["efficiency"], ".2f", 0.90, True)
+    report.figure("orchestrator CPU s/sample (4 × 200)", f["cpu_per_sample"], ".4f", 0.02, False)
+    report.figure("start-up: command → first model request (s)", f["startup"], ".2f", 5.0, False)
+    before = endpoint.log()["requests"]
+    resume = run_measured(batch_argv(f["dataset"], "s4x200", endpoint, 4, 10), f["env"])
+    sent = endpoint.log()["requests"] - before
+    report.figure("resume with nothing to do (s)", resume.wall, ".2f", 10.0, False, f"{sent} requests sent")
+
+
+def medium_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 64, 2000, latency, timed=True)
+    events = json.loads((workdir / "events.json").read_text())
+    report.figure("efficiency, 64 sessions × 2,000 samples", f["efficiency"], ".2f", 0.85, True)
+    report.figure("orchestrator CPU s/sample (64 × 2,000)", f["cpu_per_sample"], ".4f", 0.02, False)
+    report.figure("Dagster bookkeeping ÷ wall (64 × 2,000)", events["seconds"] / measured.wall, ".3f", 0.05, False,
+                  f"{events['events']} events, {events['seconds']:.2f} s")
+
+
+def large_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 256, 4000, latency)
+    cores = os.cpu_count() or 1
+    cpu_bound = 4000 * f["cpu_per_sample"] / cores
+    binding = "CPU" if cpu_bound > f["ideal"] else "endpoint"
+    report.figure("256 × 4,000: bound wall ÷ actual wall", max(cpu_bound, f["ideal"]) / measured.wall, ".2f", 0.85,
+                  True, f"{binding} bound binds (endpoint {f['ideal']:.1f} s, CPU {cpu_bound:.1f} s on {cores} cores)")
+
+
+def planning(report: Report, workdir: Path) -> None:
+    dataset = write_prompts(workdir / "prompts-100k.jsonl", 100_000,
+                            "Task {i}: write a function that returns the {i}th prime number, with tests")
+    argv = [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=plan100k",
+            "--base_url=http://127.0.0.1:9/v1", "--distribution=default", "--plan_only"]
+    first = run_measured(argv, batch_env(workdir))
+    again = run_measured(argv, batch_env(workdir))
+    report.figure("100k rows planned, first time (s)", first.wall, ".2f", 5.0, False)
+    report.figure("100k rows planned, resume (s)", again.wall, ".2f", 5.0, False)
+    report.figure("100k rows planned: peak RSS (MB)", max(first.max_rss_mb, again.max_rss_mb), ".0f", 1024, False)
+
+
+def profile(report: Report, workdir: Path, endpoint: Endpoint) -> None:
+    """py-spy, GIL holders only (what the orchestrator's own Python costs), 64 × 2,000."""
+    dataset = write_prompts(workdir / "prompts-profile.jsonl", 2000)
+    raw = RESULTS / "profile-64x2000.txt"
+    subprocess.run([str(BIN / "py-spy"), "record", "--gil", "-r", "100", "--format", "raw", "-o", str(raw), "--",
+                    *batch_argv(dataset, "profiled", endpoint, 64, 100)], env=batch_env(workdir), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.monotonic() - started
-    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
-    calls = endpoint_requests(base_url) - before_requests
-    ideal = (calls / samples) * latency * math.ceil(samples / workers)
-    return {"wall": wall, "ideal": ideal, "efficiency": ideal / wall, "cpu_per_sample": cpu / samples,
-            "calls_per_sample": calls / samples}
+    top = summarize_profile(raw)
+    (RESULTS / "profile-64x2000-top.txt").write_text(top)
+    report.say(f"profile: {raw} (collapsed stacks), summary in profile-64x2000-top.txt")
+
+
+def summarize_profile(raw: Path, rows: int = 40) -> str:
+    """Share of GIL-holding samples under each function (inclusive), largest first."""
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        for frame in {frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].split(":")[0]
+                      for frame in stack.split(";")[1:]}:
+            inclusive[frame] = inclusive.get(frame, 0) + int(count)
+    ranked = sorted(inclusive.items(), key=lambda item: -item[1])[:rows]
+    return f"{total} samples at 100 Hz\n" + "".join(f"{count / total:6.1%}  {name}\n" for name, count in ranked)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--latency", type=float, default=0.5)
-    parser.add_argument("--workers", type=int, nargs="+", default=[4, 64])
+    parser.add_argument("--latency", type=float, default=0.5, help="seconds per model call (default 0.5)")
+    parser.add_argument("--quick", action="store_true", help="skip the 64 × 2,000 and 256 × 4,000 runs")
+    parser.add_argument("--profile", action="store_true", help="also profile the 64-session run with py-spy")
     args = parser.parse_args()
+    if not shutil.which("bwrap"):
+        sys.exit("bubblewrap (bwrap) is needed: the runs use the local sandbox backend")
+    report = Report()
+    report.say(f"# hermes-foundry throughput, latency {args.latency} s/call, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:
         workdir = Path(tmp)
-        endpoint, base_url = start_endpoint(args.latency, workdir)
+        endpoint = Endpoint(args.latency, workdir)
         try:
-            for workers in args.workers:
-                m = measure(args.samples, workers, args.latency, base_url, workdir)
-                print(f"workers={workers:<3} samples={args.samples} latency={args.latency}s "
-                      f"calls/sample={m['calls_per_sample']:.2f}: efficiency (ideal {m['ideal']:.1f}s ÷ wall "
-                      f"{m['wall']:.1f}s) = {m['efficiency']:.2f}; orchestrator CPU {m['cpu_per_sample']:.4f} s/sample",
-                      flush=True)
+            small_run(report, workdir, endpoint, args.latency)
+            if not args.quick:
+                medium_run(report, workdir, endpoint, args.latency)
+                large_run(report, workdir, endpoint, args.latency)
+            planning(report, workdir)
+            if args.profile:
+                RESULTS.mkdir(exist_ok=True)
+                profile(report, workdir, endpoint)
         finally:
-            endpoint.terminate()
-            endpoint.wait(timeout=10)
+            endpoint.close()
+    if not args.quick:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "throughput.txt").write_text("\n".join(report.lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ them into batch partitions, requests the partitions with pending samples, then t
 One tick does one phase, in this order:
 1. the dataset changed since the last planning (its sha256 differs from `<run>/dataset.json`, or the
    planning never finished) → one run of `prompts` + `toolset_assignments` (registers new batches);
-2. batches with pending samples (`pipeline.pending_partitions`) that are not in flight → one run per
+2. batches with pending samples (`pipeline.plan`) that are not in flight → one run per
    `raw_trajectories` partition;
 3. nothing pending, but `statistics` is older than the newest raw/assignments materialization → one
    run of `filtered_trajectories` + `statistics` (and their checks).
@@ -117,7 +117,7 @@ def _raw_requests(
 ) -> tuple[dict[str, dg.RunRequest], list[str], list[str]]:
     """Run requests by run key for pending batches not in flight; the pending batches in flight; the
     pending batches the instance does not know yet (e.g. planned by a run on another instance)."""
-    pending = pipeline.pending_partitions(recipe, paths)
+    pending = pipeline.plan(recipe, paths).partitions
     partitions = batches_partitions(recipe.run_name)
     known = set(instance.get_dynamic_partitions(partitions.name))
     statuses = instance.get_status_by_partition(

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, TypeVar
 
-import httpx
+import aiohttp
 
 from hermes_core.config import Endpoint
 from hermes_core.model_client import ModelClient, ModelError
@@ -77,7 +77,7 @@ class AIAgent:
         image: str | None = None,
         cwd: str | None = None,
         tool_registry: ToolRegistry | None = None,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: aiohttp.ClientSession | None = None,
         tool_progress: Callable[[dict[str, str]], None] | None = None,
     ):
         self.endpoint = Endpoint.resolve(
@@ -96,6 +96,7 @@ class AIAgent:
         self.stream = stream
         self.image, self.cwd = image, cwd
         self._backend = sandbox_backend if isinstance(sandbox_backend, SandboxBackend) else None
+        self._backend_given = self._backend is not None
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self._http = http_client
         self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
@@ -259,6 +260,8 @@ class _Session:
     async def close(self) -> None:
         if self.sandbox is not None:
             await asyncio.to_thread(self.sandbox.close)
+        if self.agent._backend is not None and not self.agent._backend_given:
+            await asyncio.to_thread(self.agent._backend.close)  # one the agent made: free what it keeps
 
     async def run_tool_calls(self, calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> bool:
         """Execute one assistant message's calls in order (consecutive read-only calls run

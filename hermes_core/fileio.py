@@ -5,18 +5,40 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import orjson
+
+T = TypeVar("T")
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
+def json_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON. orjson is 5-10x faster than json, which is what the hot paths (model
+    calls, ledger records, 100k-line tables) need; json covers what orjson refuses (ints beyond 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def json_loads(text: str | bytes) -> Any:
+    """Parse JSON fast; json's parser (and its error messages) for what orjson refuses."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
     """Write via a temp file in the same folder + fsync + rename, so readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -32,14 +54,14 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return atomic_write_text(path, b"".join(json_bytes(row) + b"\n" for row in rows))
 
 
 def append_jsonl_durable(path: str | Path, row: dict[str, Any]) -> None:
     """Append one record and fsync it: once this returns, a crash cannot lose the record."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+    line = json_bytes(row) + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
@@ -50,12 +72,12 @@ def append_jsonl_durable(path: str | Path, row: dict[str, Any]) -> None:
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     """Records of an append-only file; a torn last line (crash mid-write) is ignored."""
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         for line in handle:
-            if not line.endswith("\n"):
+            if not line.endswith(b"\n"):
                 return
             if line.strip():
-                yield json.loads(line)
+                yield json_loads(line)
 
 
 def fsync_path(path: Path) -> None:
@@ -65,3 +87,35 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class FileTableCache:
+    """What was parsed from a file, kept while the file is unchanged (same inode, size, mtime):
+    the CLI runs every step of a run in one process, and each would otherwise parse the same
+    100k-line tables again. Holds the `size` most recently used files."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._entries: OrderedDict[Path, tuple[tuple[int, int, int], Any]] = OrderedDict()
+
+    @staticmethod
+    def _version(path: Path) -> tuple[int, int, int]:
+        stat = path.stat()
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+    def get(self, path: Path, load: Callable[[], T]) -> T:
+        version = self._version(path)
+        entry = self._entries.get(path)
+        if entry is not None and entry[0] == version:
+            self._entries.move_to_end(path)
+            return entry[1]
+        value = load()
+        self.put(path, value, version)
+        return value
+
+    def put(self, path: Path, value: Any, version: tuple[int, int, int] | None = None) -> None:
+        """Remember `value` as what `path` holds now (just after writing it)."""
+        self._entries[path] = (version or self._version(path), value)
+        self._entries.move_to_end(path)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)

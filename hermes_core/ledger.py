@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hermes_core.fileio import append_jsonl_durable, atomic_write_json, read_jsonl
+from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads, read_jsonl
 from hermes_core.filters import Disposition
 
 
@@ -34,7 +33,7 @@ def batch_key(number: int, members: Iterable[str]) -> str:
 class BatchPlan:
     def __init__(self, path: Path):
         self.path = path
-        data = json.loads(path.read_text()) if path.is_file() else {"batches": []}
+        data = json_loads(path.read_bytes()) if path.is_file() else {"batches": []}
         self.batches = [Batch(b["key"], b["number"], tuple(b["members"])) for b in data["batches"]]
 
     def batch_of(self) -> dict[str, Batch]:
@@ -50,10 +49,9 @@ class BatchPlan:
             number = len(self.batches) + 1
             created.append(Batch(batch_key(number, members), number, members))
             self.batches.append(created[-1])
-        if created or not self.path.is_file():
-            atomic_write_json(
-                self.path, {"batches": [{"key": b.key, "number": b.number, "members": list(b.members)} for b in self.batches]}
-            )
+        if created or not self.path.is_file():  # compact: 10k batches of 10 take 0.05 s instead of 1 s indented
+            atomic_write_text(self.path, json_bytes(
+                {"batches": [{"key": b.key, "number": b.number, "members": list(b.members)} for b in self.batches]}))
         return created
 
     def get(self, key: str) -> Batch:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from hermes_core.config import Endpoint
 from hermes_core.dataset import Dataset, Sample, load_dataset
 from hermes_core.distributions import sample_toolsets
-from hermes_core.fileio import append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hermes_core.fileio import FileTableCache, append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.filters import Disposition
 from hermes_core.ledger import Batch, BatchPlan, Ledger
 from hermes_core.recipe import Recipe
@@ -26,6 +26,9 @@ from hermes_core.runner import run_jobs
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.simulated import MODEL_ID
 from hermes_core.stats import compute_statistics
+
+
+_tables = FileTableCache()  # prompts.jsonl and assignments.jsonl of recent runs, while unchanged
 
 
 class PreflightError(RuntimeError):
@@ -54,7 +57,8 @@ def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
     dataset = load_dataset(
         recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
     )
-    atomic_write_jsonl(paths.prompts, (dataclasses.asdict(sample) for sample in dataset.samples))
+    atomic_write_jsonl(paths.prompts, (vars(sample) for sample in dataset.samples))  # asdict deep-copies: 10x slower
+    _tables.put(paths.prompts, dataset.samples)
     atomic_write_json(paths.dataset, {
         "path": str(dataset.path), "sha256": dataset.sha256, "rows": len(dataset.samples),
         "invalid_lines": [dataclasses.asdict(bad) for bad in dataset.invalid], "duplicates": dataset.duplicates,
@@ -63,19 +67,30 @@ def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
 
 
 def read_samples(paths: RunPaths) -> list[Sample]:
-    return [Sample(**row) for row in read_jsonl(paths.prompts)]
+    return _tables.get(paths.prompts, lambda: [Sample(**row) for row in read_jsonl(paths.prompts)])
+
+
+def read_assignments(paths: RunPaths) -> list[dict[str, Any]]:
+    """Each sample's drawn toolsets: sample_key, prompt_index, toolsets, toolset_seed."""
+    return _tables.get(paths.assignments, lambda: list(read_jsonl(paths.assignments)))
 
 
 def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any]], list[Batch]]:
     """Draw each sample's toolsets (seeded by run seed + sample key), then batch the samples that
     are neither done nor already in a batch. Returns the assignments and the new batches."""
     distribution = recipe.load_distribution()
+    # A sample key covers the recipe fingerprint (distribution and seed), so an earlier draw of the
+    # same key is this draw: reuse it (seeding an RNG per sample is most of this step's cost).
+    earlier = {a["sample_key"]: a for a in read_assignments(paths)} if paths.assignments.is_file() else {}
     assignments = []
     for sample in read_samples(paths):
-        toolsets, seed = sample_toolsets(distribution, recipe.seed, sample.sample_key)
+        drawn = earlier.get(sample.sample_key)
+        toolsets, seed = (drawn["toolsets"], drawn["toolset_seed"]) if drawn else \
+            sample_toolsets(distribution, recipe.seed, sample.sample_key)
         assignments.append({"sample_key": sample.sample_key, "prompt_index": sample.prompt_index,
                             "toolsets": toolsets, "toolset_seed": seed})
     atomic_write_jsonl(paths.assignments, assignments)
+    _tables.put(paths.assignments, assignments)
     ledger = Ledger(paths.raw)
     pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]
     return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
@@ -87,14 +102,28 @@ def sandbox_backend(recipe: Recipe) -> SandboxBackend:
     return get_backend(recipe.sandbox_backend, SandboxSettings.from_env(run_name=recipe.run_name))
 
 
-def pending_partitions(recipe: Recipe, paths: RunPaths) -> list[str]:
+@dataclass(frozen=True)
+class Plan:
+    """What a run still has to do: its pending batches and how many samples they hold."""
+
+    samples: int  # in the dataset as loaded now
+    pending_samples: int  # of those, without a final record
+    partitions: list[str]  # batches holding at least one pending sample
+    batches: int  # every batch of the run, past datasets included
+
+    def describe(self) -> str:
+        return (f"plan: {self.samples} samples, {self.pending_samples} without a final record, in "
+                f"{len(self.partitions)} of {self.batches} batches; nothing was sent")
+
+
+def plan(recipe: Recipe, paths: RunPaths) -> Plan:
     """Batches that still have samples of the current dataset without a final record."""
     ledger = Ledger(paths.raw)
-    current = {a["sample_key"] for a in read_jsonl(paths.assignments)}
-    return [
-        batch.key for batch in BatchPlan(paths.batches).batches
-        if any(key in current and not ledger.is_done(key) for key in batch.members)
-    ]
+    current = {a["sample_key"] for a in read_assignments(paths)}
+    pending = {key for key in current if not ledger.is_done(key)}
+    batches = BatchPlan(paths.batches).batches
+    partitions = [batch.key for batch in batches if not pending.isdisjoint(batch.members)]
+    return Plan(len(current), len(pending), partitions, len(batches))
 
 
 @dataclass
@@ -129,7 +158,7 @@ def run_partitions(
     started = time.time()
     plan, ledger = BatchPlan(paths.batches), Ledger(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
-    drawn = {a["sample_key"]: a for a in read_jsonl(paths.assignments)}
+    drawn = {a["sample_key"]: a for a in read_assignments(paths)}
     outcomes = {key: BatchOutcome(key) for key in partition_keys}
     jobs = []
     for key in partition_keys:
@@ -182,7 +211,8 @@ def run_partitions(
     for key in partition_keys:
         if on_batch_done and not remaining[key]:
             on_batch_done(outcomes[key])
-    run_jobs(jobs, recipe, endpoint, ctx, backend, record)
+    with backend:  # frees the sandbox slots it keeps between samples
+        run_jobs(jobs, recipe, endpoint, ctx, backend, record)
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
                                               "reaped_leftovers": reaped, "sandbox_backend": backend.name,
                                               "dagster_run_id": dagster_run_id})
@@ -222,7 +252,7 @@ def write_trajectories(paths: RunPaths) -> dict[str, int]:
 
 def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
     dataset_info = json.loads(paths.dataset.read_text())
-    toolsets = {a["sample_key"]: a["toolsets"] for a in read_jsonl(paths.assignments)}
+    toolsets = {a["sample_key"]: a["toolsets"] for a in read_assignments(paths)}
     invocations = list(read_jsonl(paths.invocations)) if paths.invocations.is_file() else []
     stats = compute_statistics(
         recipe, toolsets, Ledger(paths.raw),

@@ -10,10 +10,11 @@ import asyncio
 import concurrent.futures
 from typing import Any, Callable
 
-import httpx
+import aiohttp
 
 from hermes_core.agent import AIAgent
 from hermes_core.config import Endpoint
+from hermes_core.model_client import http_session
 from hermes_core.records import RunContext, SampleJob, build_record
 from hermes_core.recipe import Recipe
 from hermes_core.sandbox import SandboxBackend
@@ -32,7 +33,7 @@ def run_jobs(
         return
     workers = min(recipe.num_workers, len(jobs))
 
-    async def session(job: SampleJob, http: httpx.AsyncClient) -> dict[str, Any]:
+    async def session(job: SampleJob, http: aiohttp.ClientSession) -> dict[str, Any]:
         agent = AIAgent(
             model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, quiet_mode=True,
             enabled_toolsets=job.toolsets, max_iterations=recipe.max_turns,
@@ -53,17 +54,12 @@ def run_jobs(
         queue: asyncio.Queue[SampleJob] = asyncio.Queue()
         for job in jobs:
             queue.put_nowait(job)
-        timeout = httpx.Timeout(endpoint.request_timeout_s, connect=30.0)
-        tls = httpx.create_ssl_context()  # loading the CA store costs ~30 ms: once, not per session
+        async with http_session(endpoint.request_timeout_s, connections=workers) as http:
 
-        async def worker() -> None:
-            # One keep-alive connection per session: httpcore checks every pooled connection on
-            # each request, so one shared pool costs O(sessions) CPU per model call.
-            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-            async with httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) as http:
+            async def worker() -> None:
                 while not queue.empty():
                     on_record(await session(queue.get_nowait(), http))
 
-        await asyncio.gather(*(worker() for _ in range(workers)))
+            await asyncio.gather(*(worker() for _ in range(workers)))
 
     asyncio.run(main())

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -54,8 +55,9 @@ def bwrap_settings(tmp_path: Path) -> SandboxSettings:
 
 
 @pytest.fixture
-def local(bwrap_settings: SandboxSettings) -> BubblewrapBackend:
-    return BubblewrapBackend(bwrap_settings)
+def local(bwrap_settings: SandboxSettings) -> Iterator[BubblewrapBackend]:
+    with BubblewrapBackend(bwrap_settings) as backend:
+        yield backend
 
 
 def test_layout_isolation_and_capabilities(local: BubblewrapBackend, tmp_path: Path) -> None:
@@ -78,6 +80,7 @@ def test_layout_isolation_and_capabilities(local: BubblewrapBackend, tmp_path: P
     for cwd in ("/", "/proc/x", "/usr/src/app"):
         with pytest.raises(SandboxError):
             local.open("bad", cwd=cwd)
+    local.close()
     assert session_leftovers(local.state_root) == []
 
 
@@ -98,7 +101,33 @@ def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
     assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bwrap, its pid 1 and the command
     assert box.jobs.jobs[job].proc.pid in cgroup.pids()
     box.close()
+    assert cgroup.exists() and cgroup.pids() == set()  # emptied, kept for the next session
+    backend.close()
     assert not cgroup.exists() and session_leftovers(tmp_path) == []
+
+
+def test_a_reused_slot_carries_nothing_from_the_previous_session(local: BubblewrapBackend) -> None:
+    """Sessions reuse an emptied cgroup and loopback network namespace: files, processes and
+    listening sockets of the previous session must all be gone."""
+    if local.hierarchy is None:
+        pytest.skip("slots are only reused with a cgroup to prove them empty")
+    tag = marker()
+    first = local.open("first")
+    first.exec("echo secret > /tmp/note; echo secret > mine.txt")
+    first.spawn(f"python3 -m http.server --bind 127.0.0.1 18766 # {tag}")
+    first.exec(f"(setsid sleep {tag} > /dev/null 2>&1 &)")
+    connect = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 18766), 2); print('UP')\""
+    assert wait_until(lambda: first.exec(connect).output == "UP\n")
+    cgroup, net_fd = first.cgroup, first._fds["net"]
+    first.close()
+    second = local.open("second")
+    assert second.cgroup is cgroup and second._fds["net"] == net_fd  # the same slot
+    assert not processes_with(tag)
+    out = second.exec(f"cat /tmp/note mine.txt; {connect}; ls -A").output
+    assert "secret" not in out and "UP" not in out and "Connection refused" in out
+    second.close()
+    local.close()
+    assert not cgroup.exists() and session_leftovers(local.state_root) == []
 
 
 def test_cgroup_v2_on_a_real_cgroup2_mount(tmp_path: Path) -> None:
@@ -118,6 +147,7 @@ def test_cgroup_v2_on_a_real_cgroup2_mount(tmp_path: Path) -> None:
         assert wait_until(lambda: sleeper.pid in lonely.pids())
         assert lonely.kill_all() and sleeper.wait(5) == -signal.SIGKILL and lonely.remove()
         box.close()
+        backend.close()
         assert not box.cgroup.exists() and session_leftovers(tmp_path / "state", Hierarchy(2, {"": mount})) == []
     finally:
         try:
@@ -176,6 +206,7 @@ def test_image_root_is_a_private_overlay(local: BubblewrapBackend, bwrap_setting
     assert (first.state_dir / "upper" / "etc" / "marker").read_text() == "changed\n"
     assert str(first.state_dir) not in Path("/proc/self/mounts").read_text()  # the overlay is not a host mount
     first.close(), second.close()
+    local.close()
     assert session_leftovers(local.state_root) == []
 
 
@@ -251,6 +282,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_reap_cleans(lo
         assert not Path(state_dir).exists() and mine.state_dir.is_dir()
         assert local.hierarchy is None or cgroup_name not in str(session_leftovers(local.state_root))
         assert local.reap() == 0
+    local.close()
     assert session_leftovers(local.state_root) == []
 
 

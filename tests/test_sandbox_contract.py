@@ -28,17 +28,24 @@ def contract(request):
 @pytest.fixture()
 def make(contract, tmp_path):
     """make(**settings) -> an opened sandbox with the contract image; closed at teardown."""
-    opened = []
+    opened, backends = [], []
 
     def open_sandbox(cwd: str | None = None, image: str | None = "default", **settings):
         backend: SandboxBackend = contract.make_backend(tmp_path, **settings)
+        backends.append(backend)
         sandbox = backend.open(f"contract-{uuid.uuid4().hex[:8]}", contract.IMAGE if image == "default" else image, cwd)
         opened.append(sandbox)
         return sandbox
 
+    def close_all() -> None:
+        for sandbox in opened:
+            sandbox.close()
+        for backend in backends:
+            backend.close()  # what a backend keeps between sessions (the local backend's slots)
+
+    open_sandbox.close_all = close_all
     yield open_sandbox
-    for sandbox in opened:
-        sandbox.close()
+    close_all()
 
 
 
@@ -187,4 +194,5 @@ def test_nothing_is_left_behind_after_close(make, contract, tmp_path):
     with pytest.raises(SandboxError):
         sandbox.exec("true")
     if hasattr(contract, "leftovers"):
+        make.close_all()
         assert contract.leftovers(tmp_path) == []

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hermes_core.agent import AIAgent
+from hermes_core.sandbox import get_backend
 from hermes_core.api_server.settings import ApiServerSettings
 from hermes_core.api_server.streaming import Completion, error_body, run_error, stream_run
 
@@ -185,6 +186,7 @@ async def _run_unless_disconnected(request: Request, task: asyncio.Task) -> dict
 def create_app(settings: ApiServerSettings) -> Starlette:
     runs = RunPool(settings.max_concurrent_runs)
     key = settings.key.encode()
+    sandboxes = get_backend(settings.sandbox_backend)  # one for all requests: sessions reuse its slots
 
     def authorized(request: Request) -> bool:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -201,7 +203,7 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             enabled_toolsets=list(settings.toolsets) if settings.toolsets else None,
             max_iterations=settings.max_iterations, ephemeral_system_prompt=chat.system,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
-            sandbox_backend=settings.sandbox_backend, tool_progress=progress, **chat.options,
+            sandbox_backend=sandboxes, tool_progress=progress, **chat.options,
         )
 
     async def health(_: Request) -> Response:
@@ -257,6 +259,7 @@ def create_app(settings: ApiServerSettings) -> Starlette:
         runs.closing = False  # a stopped ApiServer may be started again
         yield
         await runs.shutdown()
+        sandboxes.close()
 
     cors = Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
                       allow_methods=["GET", "POST", "OPTIONS"], expose_headers=["Retry-After"], max_age=600,

@@ -20,13 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 
 from hermes_core.compression.compressor import CompressionConfig, Summariser, SummaryCache, compress_row
 from hermes_core.compression.tokens import APPROXIMATION, TokenCounter, load_counter
 from hermes_core.config import Endpoint
 from hermes_core.fileio import atomic_write_json, atomic_write_text
-from hermes_core.model_client import ModelClient
+from hermes_core.model_client import ModelClient, http_session
 
 METRICS_FILE = "compression_metrics.json"
 CACHE_FILE = "compression_summaries.jsonl"
@@ -136,9 +135,7 @@ async def acompress_file(input_path: str | Path, output_path: str | Path | None 
     rows = read_rows(source)
     sample = sampled_rows(len(rows), config.sample_percent, config.seed)
     bar = RowProgress(len(rows), progress) if progress and rows else None
-    http = None if dry_run else httpx.AsyncClient(
-        timeout=httpx.Timeout(config.timeout_s, connect=min(30.0, config.timeout_s)),
-        limits=httpx.Limits(max_connections=config.concurrency))
+    http = None if dry_run else http_session(config.timeout_s, connections=config.concurrency)
     summariser = None
     if http is not None and endpoint is not None:
         cache = SummaryCache(output.parent / CACHE_FILE if use_cache else None)
@@ -154,7 +151,7 @@ async def acompress_file(input_path: str | Path, output_path: str | Path | None 
         results = await asyncio.gather(*(one(i, raw, row) for i, (_, raw, row) in enumerate(rows)))
     finally:
         if http is not None:
-            await http.aclose()
+            await http.close()
     report = {
         "input": str(source.resolve()),
         "output": None if dry_run else str(output.resolve()),

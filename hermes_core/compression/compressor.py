@@ -20,11 +20,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import httpx
 
 from hermes_core.compression.tokens import TURN_OVERHEAD, TokenCounter, turn_tokens
 from hermes_core.fileio import append_jsonl_durable, read_jsonl
-from hermes_core.model_client import ModelClient, ModelError
+from hermes_core.model_client import TRANSPORT_ERRORS, ModelClient, ModelError
 
 SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
 HEAD_ROLES = ("system", "human", "gpt", "tool")
@@ -182,7 +181,7 @@ class Summariser:
             completion = await asyncio.wait_for(self.client.complete(body), self.config.timeout_s)
         except asyncio.TimeoutError as exc:
             raise SummaryFailed(f"timed out after {self.config.timeout_s:g}s") from exc
-        except (ModelError, httpx.HTTPError) as exc:
+        except (ModelError, *TRANSPORT_ERRORS) as exc:
             raise SummaryFailed(str(exc)) from exc
         finally:
             self.calls += 1

@@ -150,3 +150,13 @@ class SandboxBackend(abc.ABC):
     def reap(self) -> int:
         """Remove leftovers of dead runs; returns how many were removed."""
         return 0
+
+    def close(self) -> None:
+        """Free what the backend keeps between sessions (e.g. reusable namespaces). Sessions still
+        open stay usable; the backend may be used again afterwards."""
+
+    def __enter__(self) -> "SandboxBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

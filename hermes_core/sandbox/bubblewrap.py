@@ -21,12 +21,15 @@ import hashlib
 import os
 import posixpath
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, detect, session_names
@@ -85,23 +88,16 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
-                 rootfs: Path | None, cgroup: SessionCgroup | None) -> None:
-        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, cgroup
+                 rootfs: Path | None, slot: "_Slot", give_back: Callable[["_Slot", bool], None]) -> None:
+        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
         (state_dir / "logs").mkdir()
         self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
-        self._fds: dict[str, int] = {}
+        self._slot, self._give_back = slot, give_back
+        self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
-        try:
-            if not settings.network:
-                self._fds["net"] = pin_namespace([BWRAP or "bwrap", "--unshare-net", "--die-with-parent", "--cap-drop",
-                                                  "ALL", "--ro-bind", "/", "/", "--", "/bin/sh", "-c",
-                                                  "echo $$; read x"], "net")  # bwrap brings loopback up
-            self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()
-        except BaseException:
-            self.close()
-            raise
+        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
 
@@ -177,19 +173,37 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         return posixpath.normpath(posixpath.join(self.cwd, path))
 
     def _release(self) -> None:
-        if self.cgroup is not None:
-            self.cgroup.kill_all()  # anything else still in the session, however it detached
-        for fd in self._fds.values():
-            os.close(fd)  # frees the session's network namespace and its overlay mount
+        # Anything else still in the session, however it detached; an empty cgroup is proof that
+        # nothing of this session can reach the next one, so only then is the slot reused.
+        emptied = self.cgroup.kill_all() if self.cgroup is not None else False
+        if "mnt" in self._fds:
+            os.close(self._fds.pop("mnt"))  # frees the overlay mount
         self._fds.clear()
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        self._give_back(self._slot, emptied)
         remove_tree(self.state_dir)
 
 
+@dataclass
+class _Slot:
+    """What sessions use one after another: a cgroup and a loopback-only network namespace (pinned
+    by an fd). Creating and destroying both costs ~5 ms of CPU per session; reusing them is safe
+    once the cgroup is empty, because no process of the previous session is left to hold a socket."""
+
+    cgroup: SessionCgroup | None
+    net_fd: int | None
+
+    def destroy(self) -> None:
+        if self.net_fd is not None:
+            os.close(self.net_fd)  # frees the network namespace
+            self.net_fd = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+
 class BubblewrapBackend(SandboxBackend):
-    """Sessions in `state_root/<session_id>-<random>/` (owner file, logs, /tmp, cwd or overlay upper),
-    cgroups `hermes-foundry/o<owner pid>-<owner start>-<state root tag>-<that folder's name>`."""
+    """Sessions in `state_root/<session_id>-<random>/` (owner file, logs, /tmp, cwd or overlay upper);
+    their slots' cgroups are `hermes-foundry/o<owner pid>-<owner start>-<state root tag>-slot<random>`.
+    `close()` frees the idle slots once the sessions are done."""
 
     name = "local"
 
@@ -199,6 +213,8 @@ class BubblewrapBackend(SandboxBackend):
         # Absolute: bwrap and nsenter run with other working directories.
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
+        self._idle: list[_Slot] = []
+        self._lock = threading.Lock()
 
     def _rootfs(self, image: str) -> tuple[Path | None, str]:
         if self.settings.image_root is None:
@@ -230,38 +246,70 @@ class BubblewrapBackend(SandboxBackend):
         self.state_root.mkdir(parents=True, exist_ok=True)
         state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
         write_owner(state_dir, session_id)
-        cgroup = None
+        slot = None
         try:
-            if self.hierarchy is not None:
-                owner = owner_record(session_id)
-                name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-{state_dir.name}"
-                s = self.settings
-                try:
-                    cgroup = SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
-                except CgroupError:
-                    cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
-            return BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, cgroup)
+            slot = self._take_slot(session_id)
+            return BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back)
         except BaseException:
-            if cgroup is not None:
-                cgroup.remove()
+            if slot is not None:
+                slot.destroy()
             remove_tree(state_dir)
             raise
 
+    def _take_slot(self, session_id: str) -> _Slot:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        cgroup = None
+        if self.hierarchy is not None:
+            owner = owner_record(session_id)
+            name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-slot{secrets.token_hex(4)}"
+            s = self.settings
+            try:
+                cgroup = SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
+            except CgroupError:
+                cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
+        slot = _Slot(cgroup, None)
+        if not self.settings.network:
+            try:
+                slot.net_fd = pin_namespace([BWRAP or "bwrap", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL",
+                                             "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "echo $$; read x"],
+                                            "net")  # bwrap brings loopback up
+            except BaseException:
+                slot.destroy()
+                raise
+        return slot
+
+    def _give_back(self, slot: _Slot, emptied: bool) -> None:
+        if emptied and slot.cgroup is not None:
+            with self._lock:
+                self._idle.append(slot)
+        else:  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
+            slot.destroy()
+
+    def close(self) -> None:
+        """Destroy the idle slots (cgroups and network namespaces)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for slot in idle:
+            slot.destroy()
+
     def reap(self) -> int:
-        """Remove state folders and cgroups (killing what runs in them) of sessions whose owner died."""
-        reaped = set()
+        """Remove the slot cgroups (killing what runs in them) and the state folders of sessions
+        whose owner died; returns how many sandboxes were left (a slot and its session count once)."""
+        slots = folders = 0
         for name in session_names(self.hierarchy) if self.hierarchy else ():
             match = _CGROUP_NAME.match(name)
             if match and not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]}):
                 cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
                 cgroup.kill_all()  # first: nothing may still write into the state folder
                 cgroup.remove()
-                reaped.add(match[4])
+                slots += 1
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path):
                 remove_tree(path)
-                reaped.add(path.name)
-        return len(reaped)
+                folders += 1
+        return max(slots, folders)
 
 
 def session_leftovers(state_root: Path, hierarchy: Hierarchy | None | Literal["detect"] = "detect") -> list[str]:

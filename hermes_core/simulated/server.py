@@ -119,9 +119,13 @@ class RequestLog:
     def __init__(self) -> None:
         self.requests = 0
         self.sample_starts: Counter[str] = Counter()
+        self.first_at: float | None = None  # epoch seconds of the first and the latest request
+        self.last_at: float | None = None
 
     def note(self, body: dict[str, Any]) -> None:
         self.requests += 1
+        self.last_at = time.time()
+        self.first_at = self.first_at or self.last_at
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         roles = [m.get("role") for m in messages if isinstance(m, dict)]
         if "assistant" not in roles and "user" in roles:
@@ -129,7 +133,8 @@ class RequestLog:
             self.sample_starts[str(first_user.get("content"))] += 1
 
     def as_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "sample_starts": dict(self.sample_starts)}
+        return {"requests": self.requests, "sample_starts": dict(self.sample_starts), "first_at": self.first_at,
+                "last_at": self.last_at}
 
 
 def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette:
