@@ -4,7 +4,6 @@ filters' discard rates stay under configurable thresholds."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections import Counter
@@ -14,6 +13,7 @@ from typing import Any
 import dagster as dg
 
 from hermes_core import pipeline
+from hermes_core.fileio import FileTableCache, json_loads
 from hermes_core.filters import Disposition
 from hermes_core.ledger import BatchPlan, Ledger
 from hermes_core.pipeline import RunPaths
@@ -63,15 +63,22 @@ def load_with_datasets(path: Path) -> tuple[int, dict[str, str]]:
             datasets.enable_progress_bars()
 
 
+_parsed = FileTableCache(4)  # three checks read the same trajectories.jsonl
+
+
 def _rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Parsed rows and the count of lines that are not JSON objects. Not `read_jsonl`: a damaged final
     file is exactly what these checks must report, not crash on."""
+    return _parsed.get(path, lambda: _parse_rows(path)) if path.is_file() else ([], 0)
+
+
+def _parse_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     rows, unreadable = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+    for line in path.read_bytes().splitlines():
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json_loads(line)
         except ValueError:
             row = None
         if isinstance(row, dict):
@@ -84,7 +91,7 @@ def _rows(path: Path) -> tuple[list[dict[str, Any]], int]:
 def _finished_counts(paths: RunPaths) -> tuple[Counter[str], int]:
     """Final dispositions of the current dataset's samples, and how many the filters judged
     (kept + discarded: failed samples produced no trajectory, so they say nothing about quality)."""
-    ledger = Ledger(paths.raw)
+    ledger = Ledger.load(paths.raw)
     counts: Counter[str] = Counter()
     for sample in pipeline.read_samples(paths):
         if ledger.is_done(sample.sample_key):
@@ -178,7 +185,7 @@ def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefi
 def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
     """Pending work (no final record yet, but in a batch) is a WARN; a sample in no batch and without
     a final record, a kept sample missing from the file, or a row of no current sample is an ERROR."""
-    ledger, batched = Ledger(paths.raw), BatchPlan(paths.batches).batch_of()
+    ledger, batched = Ledger.load(paths.raw), BatchPlan(paths.batches).batch_of()
     samples = [s.sample_key for s in pipeline.read_samples(paths)]
     written = {row.get("sample_key") for row in _rows(paths.trajectories)[0]}
     states: Counter[str] = Counter()

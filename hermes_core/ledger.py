@@ -10,11 +10,13 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads, read_jsonl
+from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads
 from hermes_core.filters import Disposition
 
 
@@ -62,19 +64,72 @@ class BatchPlan:
 
 
 class Ledger:
-    """Records of one run's samples, across all partitions and all past invocations."""
+    """Records of one run's samples, across all partitions and all past invocations.
+
+    The raw files only ever grow, so a ledger reads each byte once: `refresh()` parses what was
+    appended since, and `Ledger.load()` hands out one refreshed ledger per folder to every step of
+    a process (a CLI run used to parse the same files nine times)."""
+
+    _loaded: OrderedDict[Path, "Ledger"] = OrderedDict()
+    _loaded_lock = threading.Lock()
+    KEEP_LOADED = 4
 
     def __init__(self, raw_dir: Path):
         self.raw_dir = raw_dir
+        self._lock = threading.RLock()
+        self._reset()
+        self.refresh()
+
+    @classmethod
+    def load(cls, raw_dir: Path) -> "Ledger":
+        """The ledger of `raw_dir`, shared within this process and brought up to date."""
+        key = raw_dir.resolve()
+        with cls._loaded_lock:
+            ledger = cls._loaded.get(key)
+            if ledger is None:
+                ledger = cls._loaded[key] = cls(raw_dir)
+            cls._loaded.move_to_end(key)
+            while len(cls._loaded) > cls.KEEP_LOADED:
+                cls._loaded.popitem(last=False)
+        return ledger.refresh()
+
+    def _reset(self) -> None:
         self.latest: dict[str, dict[str, Any]] = {}
         self.failures: dict[str, int] = {}
         self.records_per_partition: dict[str, int] = {}  # attempts recorded in each raw/<partition>.jsonl
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
         self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                       "sandboxes_created": 0, "sandboxes_failed": 0}
-        for path in sorted(raw_dir.glob("*.jsonl")) if raw_dir.is_dir() else []:
-            for record in read_jsonl(path):
-                self._note(record)
+        self._read: dict[Path, tuple[int, int]] = {}  # file -> (inode, bytes of whole lines parsed)
+
+    def refresh(self) -> "Ledger":
+        """Parse the lines appended since the last read; a torn last line (a crash mid-write) waits.
+        A file replaced, truncated or removed behind our back means a full re-read."""
+        with self._lock:
+            files = sorted(self.raw_dir.glob("*.jsonl")) if self.raw_dir.is_dir() else []
+            if not set(self._read) <= set(files):
+                self._reset()
+            for path in files:
+                self._read_new(path)
+            return self
+
+    def _read_new(self, path: Path) -> None:
+        stat = path.stat()
+        inode, done = self._read.get(path, (stat.st_ino, 0))
+        if inode != stat.st_ino or stat.st_size < done:
+            self._reset()
+            return self.refresh()
+        if stat.st_size == done:
+            return None
+        with open(path, "rb") as handle:
+            handle.seek(done)
+            data = handle.read(stat.st_size - done)
+        whole = data[: data.rfind(b"\n") + 1]
+        for line in whole.splitlines():
+            if line.strip():
+                self._note(json_loads(line))
+        self._read[path] = (stat.st_ino, done + len(whole))
+        return None
 
     def _note(self, record: dict[str, Any]) -> None:
         self.latest[record["sample_key"]] = record
@@ -96,5 +151,9 @@ class Ledger:
         return self.failures.get(sample_key, 0)
 
     def append(self, partition_key: str, record: dict[str, Any]) -> None:
-        append_jsonl_durable(self.raw_dir / f"{partition_key}.jsonl", record)
-        self._note(record)
+        """Write the record durably, then read it back like any other appended line (so a record
+        another process appended to the same file in between is never skipped or counted twice)."""
+        path = self.raw_dir / f"{partition_key}.jsonl"
+        append_jsonl_durable(path, record)
+        with self._lock:
+            self._read_new(path)

@@ -91,7 +91,7 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
                             "toolsets": toolsets, "toolset_seed": seed})
     atomic_write_jsonl(paths.assignments, assignments)
     _tables.put(paths.assignments, assignments)
-    ledger = Ledger(paths.raw)
+    ledger = Ledger.load(paths.raw)
     pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]
     return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
 
@@ -118,7 +118,7 @@ class Plan:
 
 def plan(recipe: Recipe, paths: RunPaths) -> Plan:
     """Batches that still have samples of the current dataset without a final record."""
-    ledger = Ledger(paths.raw)
+    ledger = Ledger.load(paths.raw)
     current = {a["sample_key"] for a in read_assignments(paths)}
     pending = {key for key in current if not ledger.is_done(key)}
     batches = BatchPlan(paths.batches).batches
@@ -156,7 +156,7 @@ def run_partitions(
     `on_batch_done` is called as each batch's last sample finishes (at once for batches with
     nothing to run), so its partition can be recorded while the others still run."""
     started = time.time()
-    plan, ledger = BatchPlan(paths.batches), Ledger(paths.raw)
+    plan, ledger = BatchPlan(paths.batches), Ledger.load(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
     drawn = {a["sample_key"]: a for a in read_assignments(paths)}
     outcomes = {key: BatchOutcome(key) for key in partition_keys}
@@ -222,7 +222,7 @@ def run_partitions(
 def current_records(paths: RunPaths, ledger: Ledger | None = None) -> Iterator[tuple[Sample, dict[str, Any]]]:
     """(sample, its latest ledger record) for every sample of the dataset as loaded now that has a
     record, in prompt order: what every merged output is built from."""
-    ledger = Ledger(paths.raw) if ledger is None else ledger
+    ledger = Ledger.load(paths.raw) if ledger is None else ledger
     for sample in read_samples(paths):
         record = ledger.latest.get(sample.sample_key)
         if record is not None:
@@ -232,7 +232,7 @@ def current_records(paths: RunPaths, ledger: Ledger | None = None) -> Iterator[t
 def write_trajectories(paths: RunPaths) -> dict[str, int]:
     """Merge kept rows of the current dataset in prompt order, one per sample key; write the
     final file and the checkpoint atomically."""
-    ledger = Ledger(paths.raw)
+    ledger = Ledger.load(paths.raw)
     rows, done = [], []
     for sample, record in current_records(paths, ledger):
         if record["disposition"] not in Disposition.FINAL:
@@ -255,7 +255,7 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
     toolsets = {a["sample_key"]: a["toolsets"] for a in read_assignments(paths)}
     invocations = list(read_jsonl(paths.invocations)) if paths.invocations.is_file() else []
     stats = compute_statistics(
-        recipe, toolsets, Ledger(paths.raw),
+        recipe, toolsets, Ledger.load(paths.raw),
         invalid_input_lines=len(dataset_info["invalid_lines"]),
         total_batches=len(BatchPlan(paths.batches).batches),
         duration_seconds=sum(i["finished"] - i["started"] for i in invocations),
@@ -272,4 +272,4 @@ def read_statistics(paths: RunPaths) -> dict[str, Any]:
 
 def served_by_simulator(paths: RunPaths) -> bool:
     """Whether any sample of the run was answered by the simulated endpoint (labelled as such)."""
-    return any(MODEL_ID in (record.get("served_model") or "") for record in Ledger(paths.raw).latest.values())
+    return any(MODEL_ID in (record.get("served_model") or "") for record in Ledger.load(paths.raw).latest.values())

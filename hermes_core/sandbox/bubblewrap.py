@@ -23,11 +23,11 @@ import posixpath
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -40,6 +40,7 @@ BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 DEFAULT_CWD = "/workspace"
+ETC_COPY_PREFIX = ".etc-"
 FILE_TIMEOUT_S = 60.0
 _RESERVED = ("/proc", "/dev", "/sys")
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
@@ -59,36 +60,50 @@ def _tag(state_root: Path) -> str:
     return hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:8]
 
 
-@lru_cache(maxsize=1)
-def host_layout() -> tuple[str, ...]:
-    """bwrap arguments for a root made of the host's system folders, read-only, with files and folders
-    that only root may read (e.g. /etc/shadow, private keys) masked: commands run as uid 0."""
+def host_layout(etc: Path) -> list[str]:
+    """bwrap arguments for a root made of the host's system folders, read-only, with `etc` (a copy
+    of /etc without what only root may read: commands run as uid 0) as /etc."""
     args = ["--tmpfs", "/"]
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):  # merged-/usr systems: /bin -> usr/bin
             args += ["--symlink", os.readlink(folder), folder]
+        elif folder == "/etc":
+            args += ["--ro-bind", str(etc), "/etc"]
         elif os.path.isdir(folder):
             args += ["--ro-bind", folder, folder]
+    return args
+
+
+def copy_readable_etc(target: Path) -> None:
+    """/etc without the files and folders that only root may read (e.g. /etc/shadow, private keys).
+    One bind of this copy replaces a dozen masking mounts per command, which made every command
+    pay ~2 ms more and serialized concurrent ones in the kernel (bench: 204 -> 317 bwrap runs/s)."""
+    target.mkdir(mode=0o755)
     for top, folders, files in os.walk("/etc"):
-        hidden = set()
-        for name in folders + files:
-            path = os.path.join(top, name)
+        inside = target / os.path.relpath(top, "/etc")
+        for name in sorted(folders + files):
+            source, copy = os.path.join(top, name), inside / name
             try:
-                if os.path.islink(path) or os.stat(path).st_mode & 0o004:
+                if os.path.islink(source):
+                    copy.symlink_to(os.readlink(source))
                     continue
+                mode = os.stat(source).st_mode
+                if not mode & 0o004:
+                    continue  # only root may read it: commands do not see it at all
+                if stat.S_ISDIR(mode):
+                    copy.mkdir(mode=stat.S_IMODE(mode))
+                elif stat.S_ISREG(mode):
+                    shutil.copy2(source, copy)
             except OSError:
-                continue
-            hidden.add(name)
-            args += ["--tmpfs", path, "--remount-ro", path] if name in folders else ["--ro-bind", "/dev/null", path]
-        folders[:] = [name for name in folders if name not in hidden]
-    return tuple(args)
+                continue  # vanished or unreadable while copying: leave it out
+        folders[:] = [name for name in folders if (inside / name).is_dir() and not (inside / name).is_symlink()]
 
 
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
-                 rootfs: Path | None, slot: "_Slot", give_back: Callable[["_Slot", bool], None]) -> None:
+                 rootfs: Path | None, etc: Path, slot: "_Slot", give_back: Callable[["_Slot", bool], None]) -> None:
         self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
@@ -97,11 +112,11 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
-        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
+        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout(etc)  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
 
-    def _host_layout(self) -> list[str]:
+    def _host_layout(self, etc: Path) -> list[str]:
         inside = [folder for folder in SYSTEM_DIRS if self.cwd == folder or self.cwd.startswith(folder + "/")]
         if inside:
             raise SandboxError(f"cwd {self.cwd!r} is inside the host's read-only {inside[0]}; choose another "
@@ -109,7 +124,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         (self.state_dir / "tmp").mkdir()
         (self.state_dir / "tmp").chmod(0o1777)  # like any /tmp (mkdir's mode is cut by the umask)
         (self.state_dir / "cwd").mkdir()
-        return [*host_layout(), "--proc", "/proc", "--dev", "/dev", "--bind", str(self.state_dir / "tmp"), "/tmp",
+        return [*host_layout(etc), "--proc", "/proc", "--dev", "/dev", "--bind", str(self.state_dir / "tmp"), "/tmp",
                 "--bind", str(self.state_dir / "cwd"), self.cwd, "--remount-ro", "/"]  # no writes that vanish
 
     def _image_layout(self, rootfs: Path) -> list[str]:
@@ -214,6 +229,8 @@ class BubblewrapBackend(SandboxBackend):
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
         self._idle: list[_Slot] = []
+        self._etc: Path | None = None  # the readable copy of /etc, made for the first session
+        self._open_sessions = 0
         self._lock = threading.Lock()
 
     def _rootfs(self, image: str) -> tuple[Path | None, str]:
@@ -249,12 +266,25 @@ class BubblewrapBackend(SandboxBackend):
         slot = None
         try:
             slot = self._take_slot(session_id)
-            return BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back)
+            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, self._etc_copy(),
+                                        slot, self._give_back)
         except BaseException:
             if slot is not None:
                 slot.destroy()
             remove_tree(state_dir)
             raise
+        with self._lock:
+            self._open_sessions += 1
+        return sandbox
+
+    def _etc_copy(self) -> Path:
+        with self._lock:
+            if self._etc is None:
+                holder = Path(tempfile.mkdtemp(prefix=ETC_COPY_PREFIX, dir=self.state_root))
+                write_owner(holder, "etc")  # reaped like a session if this process dies
+                copy_readable_etc(holder / "etc")
+                self._etc = holder / "etc"
+            return self._etc
 
     def _take_slot(self, session_id: str) -> _Slot:
         with self._lock:
@@ -281,18 +311,25 @@ class BubblewrapBackend(SandboxBackend):
         return slot
 
     def _give_back(self, slot: _Slot, emptied: bool) -> None:
-        if emptied and slot.cgroup is not None:
-            with self._lock:
+        with self._lock:
+            self._open_sessions -= 1
+            if emptied and slot.cgroup is not None:
                 self._idle.append(slot)
-        else:  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
-            slot.destroy()
+                return
+        slot.destroy()  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
 
     def close(self) -> None:
-        """Destroy the idle slots (cgroups and network namespaces)."""
+        """Destroy the idle slots (cgroups and network namespaces) and, once no session is open, the
+        copy of /etc."""
         with self._lock:
             idle, self._idle = self._idle, []
+            etc = self._etc if not self._open_sessions else None
+            if etc is not None:
+                self._etc = None
         for slot in idle:
             slot.destroy()
+        if etc is not None:
+            remove_tree(etc.parent)
 
     def reap(self) -> int:
         """Remove the slot cgroups (killing what runs in them) and the state folders of sessions
@@ -308,7 +345,7 @@ class BubblewrapBackend(SandboxBackend):
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path):
                 remove_tree(path)
-                folders += 1
+                folders += not path.name.startswith(ETC_COPY_PREFIX)
         return max(slots, folders)
 
 

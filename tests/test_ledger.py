@@ -1,0 +1,45 @@
+"""The ledger reads each appended byte once, shared within a process, and never counts a record twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hermes_core.ledger import Ledger
+
+
+def record(key: str, partition: str = "b00001-x", disposition: str = "kept", calls: int = 2) -> dict:
+    return {"sample_key": key, "partition_key": partition, "disposition": disposition, "api_calls": calls,
+            "usage": {"total_tokens": 10}}
+
+
+def test_appends_from_this_and_other_processes_are_each_counted_once(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    ledger = Ledger.load(raw)
+    ledger.append("b00001-x", record("a"))
+    with open(raw / "b00001-x.jsonl", "a") as other:  # another process appends to the same file
+        other.write(json.dumps(record("b")) + "\n")
+    ledger.append("b00001-x", record("c"))
+    assert Ledger.load(raw) is ledger
+    assert set(ledger.latest) == {"a", "b", "c"} and ledger.spent["api_calls"] == 6
+    assert ledger.records_per_partition == {"b00001-x": 3}
+    fresh = Ledger(raw)
+    assert fresh.latest == ledger.latest and fresh.spent == ledger.spent
+
+
+def test_a_torn_line_waits_and_a_replaced_file_is_read_again(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    ledger = Ledger.load(raw)
+    ledger.append("b00002-y", record("a", "b00002-y"))
+    path = raw / "b00002-y.jsonl"
+    line = json.dumps(record("b", "b00002-y", calls=5))
+    with open(path, "a") as writer:
+        writer.write(line[:10])  # a crash mid-write
+    assert set(Ledger.load(raw).latest) == {"a"}
+    with open(path, "a") as writer:
+        writer.write(line[10:] + "\n")  # the writer finished after all
+    assert set(Ledger.load(raw).latest) == {"a", "b"} and ledger.spent["api_calls"] == 7
+    path.write_text(json.dumps(record("z", "b00002-y", calls=1)) + "\n")  # replaced: a new inode
+    assert set(Ledger.load(raw).latest) == {"z"} and ledger.spent["api_calls"] == 1
+    path.unlink()
+    assert Ledger.load(raw).latest == {} and ledger.records_per_partition == {}
