@@ -13,8 +13,9 @@ printed with its target:
 - start-up (command → first model request) and a resume with nothing to do;
 - a 100,000-row dataset validated, keyed, batched and planned (`--plan_only`): wall and peak RSS;
 - Dagster bookkeeping: time spent writing events ÷ wall, in the 2,000-sample run.
-`--quick` skips the two largest runs; `--profile` also records a py-spy profile (GIL holders) of
-the 64-session run into bench/results/. Results are written to bench/results/throughput.txt.
+`--quick` skips the two largest runs; `--repeat N` runs each configuration N times and keeps the
+median wall; `--profile` also records a py-spy profile (GIL holders) of the 64-session run into
+bench/results/. Results are written to bench/results/throughput.txt.
 """
 
 from __future__ import annotations
@@ -60,32 +61,42 @@ def batch_argv(dataset: Path, run: str, endpoint: Endpoint, sessions: int, batch
 
 
 def endpoint_run(report: Report, workdir: Path, endpoint: Endpoint, sessions: int, samples: int,
-                 latency: float, timed: bool = False) -> tuple[Measured, dict]:
+                 latency: float, repeat: int, timed: bool = False) -> tuple[Measured, dict]:
+    """`repeat` fresh runs; the one with the median wall is reported (this VM's walls vary by ±10%)."""
+    runs = sorted((one_run(report, workdir, endpoint, sessions, samples, latency, attempt, timed)
+                   for attempt in range(repeat)), key=lambda run: run[0].wall)
+    return runs[len(runs) // 2]
+
+
+def one_run(report: Report, workdir: Path, endpoint: Endpoint, sessions: int, samples: int, latency: float,
+            attempt: int, timed: bool) -> tuple[Measured, dict]:
     dataset = write_prompts(workdir / f"prompts-{samples}.jsonl", samples)
     env = batch_env(workdir)
     if timed:
-        env["HERMES_BENCH_EVENTS"] = str(workdir / "events.json")
+        env["HERMES_BENCH_EVENTS"] = str(workdir / f"events-{attempt}.json")
     before, endpoint_cpu = endpoint.log()["requests"], endpoint.cpu_seconds()
-    measured = run_measured(batch_argv(dataset, f"s{sessions}x{samples}", endpoint, sessions,
+    run_name = f"s{sessions}x{samples}r{attempt}"
+    measured = run_measured(batch_argv(dataset, run_name, endpoint, sessions,
                                        batch_size=max(10, samples // 20), timed=timed), env)
     log = endpoint.log()
     calls = log["requests"] - before
     ideal = (calls / samples) * latency * math.ceil(samples / sessions)
     figures = {"calls_per_sample": calls / samples, "ideal": ideal, "efficiency": ideal / measured.wall,
                "cpu_per_sample": measured.cpu / samples, "startup": log["first_at"] - measured.started,
-               "endpoint_cpu": endpoint.cpu_seconds() - endpoint_cpu, "dataset": dataset, "env": env}
+               "endpoint_cpu": endpoint.cpu_seconds() - endpoint_cpu, "dataset": dataset, "env": env,
+               "run_name": run_name, "events": env.get("HERMES_BENCH_EVENTS")}
     report.say(f"-- {sessions} sessions × {samples} samples: wall {measured.wall:.1f} s, ideal {ideal:.1f} s, "
                f"{calls / samples:.2f} calls/sample, orchestrator CPU {measured.cpu:.1f} s, endpoint CPU "
                f"{figures['endpoint_cpu']:.1f} s, peak RSS {measured.max_rss_mb:.0f} MB")
     return measured, figures
 
 
-def small_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
-    measured, f = endpoint_run(report, workdir, endpoint, 4, 200, latency)
+def small_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float, repeat: int) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 4, 200, latency, repeat)
     report.figure("efficiency, 4 sessions × 200 samples", f["efficiency"], ".2f", 0.90, True)
     report.figure("start-up: command → first model request (s)", f["startup"], ".2f", 5.0, False)
     before = endpoint.log()["requests"]
-    resume = run_measured(batch_argv(f["dataset"], "s4x200", endpoint, 4, 10), f["env"])
+    resume = run_measured(batch_argv(f["dataset"], f["run_name"], endpoint, 4, 10), f["env"])
     sent = endpoint.log()["requests"] - before
     report.figure("resume with nothing to do (s)", resume.wall, ".2f", 10.0, False, f"{sent} requests sent")
     # A run's CPU is a fixed part (imports, Dagster runs, checks: what the empty resume costs) plus
@@ -95,17 +106,17 @@ def small_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float)
                   f"{(measured.cpu - resume.cpu) / 200:.4f}")
 
 
-def medium_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
-    measured, f = endpoint_run(report, workdir, endpoint, 64, 2000, latency, timed=True)
-    events = json.loads((workdir / "events.json").read_text())
+def medium_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float, repeat: int) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 64, 2000, latency, repeat, timed=True)
+    events = json.loads(Path(f["events"]).read_text())
     report.figure("efficiency, 64 sessions × 2,000 samples", f["efficiency"], ".2f", 0.85, True)
     report.figure("orchestrator CPU s/sample (64 × 2,000)", f["cpu_per_sample"], ".4f", 0.02, False)
     report.figure("Dagster bookkeeping ÷ wall (64 × 2,000)", events["seconds"] / measured.wall, ".3f", 0.05, False,
                   f"{events['events']} events, {events['seconds']:.2f} s")
 
 
-def large_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float) -> None:
-    measured, f = endpoint_run(report, workdir, endpoint, 256, 4000, latency)
+def large_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float, repeat: int) -> None:
+    measured, f = endpoint_run(report, workdir, endpoint, 256, 4000, latency, repeat)
     cores = os.cpu_count() or 1
     cpu_bound = 4000 * f["cpu_per_sample"] / cores
     binding = "CPU" if cpu_bound > f["ideal"] else "endpoint"
@@ -156,6 +167,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per model call (default 0.5)")
     parser.add_argument("--quick", action="store_true", help="skip the 64 × 2,000 and 256 × 4,000 runs")
     parser.add_argument("--profile", action="store_true", help="also profile the 64-session run with py-spy")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; the median wall is kept")
     args = parser.parse_args()
     if not shutil.which("bwrap"):
         sys.exit("bubblewrap (bwrap) is needed: the runs use the local sandbox backend")
@@ -165,10 +177,10 @@ def main() -> None:
         workdir = Path(tmp)
         endpoint = Endpoint(args.latency, workdir)
         try:
-            small_run(report, workdir, endpoint, args.latency)
+            small_run(report, workdir, endpoint, args.latency, args.repeat)
             if not args.quick:
-                medium_run(report, workdir, endpoint, args.latency)
-                large_run(report, workdir, endpoint, args.latency)
+                medium_run(report, workdir, endpoint, args.latency, args.repeat)
+                large_run(report, workdir, endpoint, args.latency, args.repeat)
             planning(report, workdir)
             if args.profile:
                 RESULTS.mkdir(exist_ok=True)

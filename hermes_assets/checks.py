@@ -5,7 +5,6 @@ filters' discard rates stay under configurable thresholds."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import dagster as dg
 from hermes_core import pipeline
 from hermes_core.fileio import FileTableCache, json_loads
 from hermes_core.filters import Disposition
+from hermes_core.hf_loading import describe_error, load_with_datasets
 from hermes_core.ledger import BatchPlan, Ledger
 from hermes_core.pipeline import RunPaths
 from hermes_core.recipe import Recipe, run_dir
@@ -42,25 +42,6 @@ def rate_threshold(env_name: str, default: float) -> float:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{env_name}={raw!r}: expected a rate between 0 and 1, e.g. 0.25")
     return value
-
-
-def load_with_datasets(path: Path) -> tuple[int, dict[str, str]]:
-    """Rows and column types of a JSONL file as HF `datasets` loads it: offline, with a throwaway cache
-    so nothing lands in the user's HF cache, and without progress bars in the CLI's output."""
-    import datasets  # slow import: only paid when the check runs
-
-    saved = (datasets.config.HF_DATASETS_OFFLINE, datasets.config.HF_HUB_OFFLINE)
-    bars = datasets.is_progress_bar_enabled()
-    datasets.config.HF_DATASETS_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
-    datasets.disable_progress_bars()
-    try:
-        with tempfile.TemporaryDirectory(prefix="hermes-hf-check-") as cache:
-            loaded = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=cache)
-            return loaded.num_rows, {name: repr(feature) for name, feature in loaded.features.items()}
-    finally:
-        datasets.config.HF_DATASETS_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
-        if bars:
-            datasets.enable_progress_bars()
 
 
 _parsed = FileTableCache(4)  # three checks read the same trajectories.jsonl
@@ -127,7 +108,7 @@ def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefi
         try:
             loaded, columns = load_with_datasets(paths.trajectories)
         except Exception as exc:  # any loader error is the finding: report it rather than crash the step
-            error = f"{type(exc).__name__}: {exc}" + (f" ({exc.__cause__})" if exc.__cause__ else "")
+            error = describe_error(exc)
             return dg.AssetCheckResult(passed=False, description=f"HF datasets cannot load the file: {error}"[:500],
                                        metadata={"file_rows": len(rows), "unreadable_lines": unreadable,
                                                  "expected_rows": expected, "error": error[:2000]})

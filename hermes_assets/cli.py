@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import pipeline
+from hermes_core import hf_loading, pipeline
 from hermes_core.config import Endpoint, data_root
 from hermes_core.dataset import DatasetError, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
@@ -110,6 +110,8 @@ def _compression_flags(args: argparse.Namespace) -> dict | None:
 
 
 def run_batch(args: argparse.Namespace) -> int:
+    if not args.plan_only:
+        hf_loading.start_loader()  # the check after the run loads the output with HF datasets
     root = data_root(args.output_dir)
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
     recipe = Recipe(
@@ -205,6 +207,8 @@ def batch_main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished samples are saved; run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        hf_loading.stop_loader()
 
 
 def foundry_main(argv: list[str] | None = None) -> int:
