@@ -22,7 +22,7 @@ import pytest
 
 from hermes_core.sandbox import SandboxError, SandboxSettings, get_backend
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
-from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect
+from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect, spare_names
 from procs import marker, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
@@ -309,3 +309,38 @@ def _swallow(call) -> None:
     except Exception:
         pass
 
+
+
+def _memory_cgroups() -> int:
+    """Memory cgroups the kernel holds, dying ones included (they linger while charged)."""
+    for line in Path("/proc/cgroups").read_text().splitlines():
+        if line.startswith("memory\t"):
+            return int(line.split()[2])
+    return 0
+
+
+def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path) -> None:
+    """Removing a used memory cgroup leaves it dying in the kernel; hundreds of those slowed every
+    sandbox command 4x. Runs hand their emptied cgroups on instead, with the new run's limits."""
+    hierarchy = detect()
+    if hierarchy is None:
+        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+
+    def run(pids: int) -> set[int]:
+        """Four sessions at once; returns the pids limits their cgroups had."""
+        with BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state", pids=pids)) as backend:
+            boxes = [backend.open(f"s{i}") for i in range(4)]
+            for box in boxes:
+                assert box.exec("echo hi > f; cat f").output == "hi\n"
+            limits = {int((folder / "pids.max").read_text()) for box in boxes for folder in box.cgroup.dirs
+                      if (folder / "pids.max").exists()}
+            for box in boxes:
+                box.close()
+        return limits
+
+    run(pids=64)
+    assert len(spare_names(hierarchy)) >= 4
+    before = _memory_cgroups()
+    assert run(pids=77) == {77} and run(pids=78) == {78}  # each run's own limits on adopted cgroups
+    assert _memory_cgroups() <= before  # adopted, not created: nothing new lingers
+    assert session_leftovers(tmp_path / "state") == []

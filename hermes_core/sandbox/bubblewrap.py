@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
-from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, detect, session_names
+from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, adopt_spare, detect, retire,
+                                         session_names)
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, write_owner)
 
@@ -207,12 +208,13 @@ class _Slot:
     cgroup: SessionCgroup | None
     net_fd: int | None
 
-    def destroy(self) -> None:
+    def destroy(self, keep_cgroup: bool = False) -> None:
+        """Free the network namespace; remove the cgroup, or keep it as a spare for later runs."""
         if self.net_fd is not None:
             os.close(self.net_fd)  # frees the network namespace
             self.net_fd = None
         if self.cgroup is not None:
-            self.cgroup.remove()
+            retire(self.cgroup) if keep_cgroup else self.cgroup.remove()
 
 
 class BubblewrapBackend(SandboxBackend):
@@ -296,7 +298,8 @@ class BubblewrapBackend(SandboxBackend):
             name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-slot{secrets.token_hex(4)}"
             s = self.settings
             try:
-                cgroup = SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
+                cgroup = adopt_spare(self.hierarchy, name, s.memory_mb, s.pids, s.cpus) or \
+                    SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
             except CgroupError:
                 cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
         slot = _Slot(cgroup, None)
@@ -327,7 +330,7 @@ class BubblewrapBackend(SandboxBackend):
             if etc is not None:
                 self._etc = None
         for slot in idle:
-            slot.destroy()
+            slot.destroy(keep_cgroup=True)
         if etc is not None:
             remove_tree(etc.parent)
 
