@@ -32,9 +32,9 @@ class Endpoint:
             time.sleep(0.05)
         self.base_url = f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
 
-    def log(self) -> dict:
-        """requests so far, and the epoch times of the first and the latest."""
-        url = self.base_url.removesuffix("/v1") + "/sim/requests"
+    def log(self, since: float = 0.0) -> dict:
+        """requests so far, and when the first one at or after `since` (epoch seconds) arrived."""
+        url = self.base_url.removesuffix("/v1") + f"/sim/requests?since={since}"
         with urllib.request.urlopen(url, timeout=10) as response:
             return json.load(response)
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def one_run(report: Report, workdir: Path, endpoint: Endpoint, sessions: int, sa
     run_name = f"s{sessions}x{samples}r{attempt}"
     measured = run_measured(batch_argv(dataset, run_name, endpoint, sessions,
                                        batch_size=max(10, samples // 20), timed=timed), env)
-    log = endpoint.log()
+    log = endpoint.log(since=measured.started)
     calls = log["requests"] - before
     ideal = (calls / samples) * latency * math.ceil(samples / sessions)
     figures = {"calls_per_sample": calls / samples, "ideal": ideal, "efficiency": ideal / measured.wall,
@@ -148,6 +149,12 @@ def profile(report: Report, workdir: Path, endpoint: Endpoint) -> None:
     report.say(f"profile: {raw} (collapsed stacks), summary in profile-64x2000-top.txt")
 
 
+def _frame_name(frame: str) -> str:
+    """py-spy's "function (path/to/file.py:line)" as "function file.py"."""
+    match = re.match(r"^(.*) \((?:.*/)?([^/:]+)(?::\d+)?\)$", frame)
+    return f"{match[1]} {match[2]}" if match else frame
+
+
 def summarize_profile(raw: Path, rows: int = 40) -> str:
     """Share of GIL-holding samples under each function (inclusive), largest first."""
     inclusive: dict[str, int] = {}
@@ -155,8 +162,7 @@ def summarize_profile(raw: Path, rows: int = 40) -> str:
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         total += int(count)
-        for frame in {frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].split(":")[0]
-                      for frame in stack.split(";")[1:]}:
+        for frame in {_frame_name(frame) for frame in stack.split(";")[1:]}:
             inclusive[frame] = inclusive.get(frame, 0) + int(count)
     ranked = sorted(inclusive.items(), key=lambda item: -item[1])[:rows]
     return f"{total} samples at 100 Hz\n" + "".join(f"{count / total:6.1%}  {name}\n" for name, count in ranked)

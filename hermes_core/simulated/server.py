@@ -8,6 +8,7 @@ requests overlap instead of queueing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import json
 import math
@@ -119,22 +120,22 @@ class RequestLog:
     def __init__(self) -> None:
         self.requests = 0
         self.sample_starts: Counter[str] = Counter()
-        self.first_at: float | None = None  # epoch seconds of the first and the latest request
-        self.last_at: float | None = None
+        self.arrivals: list[float] = []  # epoch seconds of each request, in arrival order
 
     def note(self, body: dict[str, Any]) -> None:
         self.requests += 1
-        self.last_at = time.time()
-        self.first_at = self.first_at or self.last_at
+        self.arrivals.append(time.time())
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         roles = [m.get("role") for m in messages if isinstance(m, dict)]
         if "assistant" not in roles and "user" in roles:
             first_user = next(m for m in messages if isinstance(m, dict) and m.get("role") == "user")
             self.sample_starts[str(first_user.get("content"))] += 1
 
-    def as_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "sample_starts": dict(self.sample_starts), "first_at": self.first_at,
-                "last_at": self.last_at}
+    def as_json(self, since: float = 0.0) -> dict[str, Any]:
+        """Counts, and when the first request at or after `since` (epoch seconds) arrived."""
+        later = bisect.bisect_left(self.arrivals, since)
+        return {"requests": self.requests, "sample_starts": dict(self.sample_starts),
+                "first_at": self.arrivals[later] if later < len(self.arrivals) else None}
 
 
 def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette:
@@ -153,8 +154,8 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", "simulated": True})
 
-    async def stats(_: Request) -> Response:
-        return JSONResponse(log.as_json())
+    async def stats(request: Request) -> Response:
+        return JSONResponse(log.as_json(float(request.query_params.get("since") or 0)))
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [_model_object()]})
