@@ -335,15 +335,16 @@ class BubblewrapBackend(SandboxBackend):
             remove_tree(etc.parent)
 
     def reap(self) -> int:
-        """Remove the slot cgroups (killing what runs in them) and the state folders of sessions
-        whose owner died; returns how many sandboxes were left (a slot and its session count once)."""
+        """Empty the slot cgroups of dead owners (killing what runs in them; they become spares) and
+        remove their sessions' state folders; returns how many sandboxes were left (a slot and its
+        session count once)."""
         slots = folders = 0
         for name in session_names(self.hierarchy) if self.hierarchy else ():
             match = _CGROUP_NAME.match(name)
             if match and not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]}):
                 cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
                 cgroup.kill_all()  # first: nothing may still write into the state folder
-                cgroup.remove()
+                retire(cgroup)  # emptied: a spare for later slots rather than a dying memory cgroup
                 slots += 1
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path):
