@@ -9,7 +9,7 @@ from pathlib import Path
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # json.dumps' own, in C
 from typing import Any
 
-from hermes_core.fileio import json_loads
+from hermes_core.fileio import FileTableCache, json_loads
 
 MAX_REPORTED_LINES = 20
 KNOWN_KEYS = {"prompt", "image", "docker_image", "cwd", "id", "metadata"}
@@ -82,7 +82,7 @@ def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
     return row, None
 
 
-_last_loaded: tuple[tuple, Dataset] | None = None  # the CLI validates, then its plan step loads again
+_loaded = FileTableCache(2)  # the CLI validates, then its plan step loads the same file again
 
 
 def load_dataset(
@@ -90,17 +90,11 @@ def load_dataset(
 ) -> Dataset:
     """Validate every line, then key the valid rows. Strict mode refuses any invalid line.
     The last result is reused while the file is unchanged (same inode, size and mtime)."""
-    global _last_loaded
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path}: dataset file not found")
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, fingerprint, skip_invalid, max_samples)
-    if _last_loaded is not None and _last_loaded[0] == key:
-        return _last_loaded[1]
-    dataset = _load(path, fingerprint, skip_invalid, max_samples)
-    _last_loaded = (key, dataset)
-    return dataset
+    return _loaded.get(path.resolve(), lambda: _load(path, fingerprint, skip_invalid, max_samples),
+                       variant=(fingerprint, skip_invalid, max_samples))
 
 
 def _load(path: Path, fingerprint: str, skip_invalid: bool, max_samples: int | None) -> Dataset:

@@ -96,26 +96,27 @@ class FileTableCache:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._entries: OrderedDict[Path, tuple[tuple[int, int, int], Any]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Path, Any], tuple[tuple[int, int, int], Any]] = OrderedDict()
 
     @staticmethod
     def _version(path: Path) -> tuple[int, int, int]:
         stat = path.stat()
         return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
-    def get(self, path: Path, load: Callable[[], T]) -> T:
+    def get(self, path: Path, load: Callable[[], T], variant: Any = None) -> T:
+        """What `load()` made of `path`; `variant` tells apart different readings of one file."""
         version = self._version(path)
-        entry = self._entries.get(path)
+        entry = self._entries.get((path, variant))
         if entry is not None and entry[0] == version:
-            self._entries.move_to_end(path)
+            self._entries.move_to_end((path, variant))
             return entry[1]
         value = load()
-        self.put(path, value, version)
+        self.put(path, value, variant, version)
         return value
 
-    def put(self, path: Path, value: Any, version: tuple[int, int, int] | None = None) -> None:
+    def put(self, path: Path, value: Any, variant: Any = None, version: tuple[int, int, int] | None = None) -> None:
         """Remember `value` as what `path` holds now (just after writing it)."""
-        self._entries[path] = (version or self._version(path), value)
-        self._entries.move_to_end(path)
+        self._entries[(path, variant)] = (version or self._version(path), value)
+        self._entries.move_to_end((path, variant))
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)

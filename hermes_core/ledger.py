@@ -107,29 +107,28 @@ class Ledger:
         A file replaced, truncated or removed behind our back means a full re-read."""
         with self._lock:
             files = sorted(self.raw_dir.glob("*.jsonl")) if self.raw_dir.is_dir() else []
-            if not set(self._read) <= set(files):
+            if not set(self._read) <= set(files) or not all(self._read_new(path) for path in files):
                 self._reset()
-            for path in files:
-                self._read_new(path)
+                for path in files:
+                    self._read_new(path)
             return self
 
-    def _read_new(self, path: Path) -> None:
+    def _read_new(self, path: Path) -> bool:
+        """Parse what was appended to `path`; False (nothing parsed) if it is not the file read before."""
         stat = path.stat()
         inode, done = self._read.get(path, (stat.st_ino, 0))
         if inode != stat.st_ino or stat.st_size < done:
-            self._reset()
-            return self.refresh()
-        if stat.st_size == done:
-            return None
-        with open(path, "rb") as handle:
-            handle.seek(done)
-            data = handle.read(stat.st_size - done)
-        whole = data[: data.rfind(b"\n") + 1]
-        for line in whole.splitlines():
-            if line.strip():
-                self._note(json_loads(line))
-        self._read[path] = (stat.st_ino, done + len(whole))
-        return None
+            return False
+        if stat.st_size > done:
+            with open(path, "rb") as handle:
+                handle.seek(done)
+                data = handle.read(stat.st_size - done)
+            whole = data[: data.rfind(b"\n") + 1]
+            for line in whole.splitlines():
+                if line.strip():
+                    self._note(json_loads(line))
+            self._read[path] = (stat.st_ino, done + len(whole))
+        return True
 
     def _note(self, record: dict[str, Any]) -> None:
         self.latest[record["sample_key"]] = record
@@ -156,4 +155,5 @@ class Ledger:
         path = self.raw_dir / f"{partition_key}.jsonl"
         append_jsonl_durable(path, record)
         with self._lock:
-            self._read_new(path)
+            if not self._read_new(path):
+                self.refresh()

@@ -213,8 +213,10 @@ class _Slot:
         if self.net_fd is not None:
             os.close(self.net_fd)  # frees the network namespace
             self.net_fd = None
-        if self.cgroup is not None:
-            retire(self.cgroup) if keep_cgroup else self.cgroup.remove()
+        if self.cgroup is not None and keep_cgroup:
+            retire(self.cgroup)
+        elif self.cgroup is not None:
+            self.cgroup.remove()
 
 
 class BubblewrapBackend(SandboxBackend):
