@@ -2,12 +2,11 @@
 `datasets`, has no duplicate sample keys, every sample of the dataset is accounted for, and the
 filters' discard rates stay under configurable thresholds."""
 
-from __future__ import annotations
 
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import dagster as dg
 
@@ -92,75 +91,51 @@ def _rate_result(name: str, discarded: int, judged: int, threshold: float, env_n
     )
 
 
-def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefinition]:
-    """The checks of one run's `filtered_trajectories`; they read the run folder's files."""
-    paths = RunPaths(run_dir(data_root, recipe.run_name))
-    target = dg.AssetKey([recipe.run_name, "filtered_trajectories"])
+def _loads_with_hf_datasets(paths: RunPaths) -> dg.AssetCheckResult:
+    rows, unreadable = _rows(paths.trajectories)
+    expected = _finished_counts(paths)[0][Disposition.KEPT]
+    if not rows and not unreadable:  # `datasets` refuses an empty file; zero kept rows is a valid state
+        return dg.AssetCheckResult(passed=expected == 0, metadata={"rows": 0, "expected_rows": expected})
+    try:
+        loaded, columns = load_with_datasets(paths.trajectories)
+    except Exception as exc:  # any loader error is the finding: report it rather than crash the step
+        error = describe_error(exc)
+        return dg.AssetCheckResult(passed=False, description=f"HF datasets cannot load the file: {error}"[:500],
+                                   metadata={"file_rows": len(rows), "unreadable_lines": unreadable,
+                                             "expected_rows": expected, "error": error[:2000]})
+    # datasets types a column whose values differ in type across rows as Json; fine for user fields
+    # (id, extra, metadata), a schema break for the fields this product writes.
+    mixed = sorted(name for name, feature in columns.items() if "Json(" in feature)
+    broken = [name for name in mixed if name not in USER_TYPED_COLUMNS]
+    passed = loaded == len(rows) == expected and not broken
+    problems = ([f"datasets loaded {loaded} row(s), the file has {len(rows)}, the ledger has {expected} kept "
+                 "sample(s)"] if not loaded == len(rows) == expected else []) + (
+        [f"column(s) with a different type on some rows: {', '.join(broken)}"] if broken else [])
+    return dg.AssetCheckResult(
+        passed=passed, description="; ".join(problems) or None,
+        metadata={"rows": loaded, "file_rows": len(rows), "expected_rows": expected,
+                  "columns": ", ".join(columns), "mixed_type_columns": ", ".join(mixed) or "none"},
+    )
 
-    @dg.asset_check(asset=target, name="loads_with_hf_datasets",
-                    description="trajectories.jsonl loads with HF datasets, one row per kept sample, and the "
-                    "columns our format fixes have one type on every row.")
-    def loads_with_hf_datasets() -> dg.AssetCheckResult:
-        rows, unreadable = _rows(paths.trajectories)
-        expected = _finished_counts(paths)[0][Disposition.KEPT]
-        if not rows and not unreadable:  # `datasets` refuses an empty file; zero kept rows is a valid state
-            return dg.AssetCheckResult(passed=expected == 0, metadata={"rows": 0, "expected_rows": expected})
-        try:
-            loaded, columns = load_with_datasets(paths.trajectories)
-        except Exception as exc:  # any loader error is the finding: report it rather than crash the step
-            error = describe_error(exc)
-            return dg.AssetCheckResult(passed=False, description=f"HF datasets cannot load the file: {error}"[:500],
-                                       metadata={"file_rows": len(rows), "unreadable_lines": unreadable,
-                                                 "expected_rows": expected, "error": error[:2000]})
-        # datasets types a column whose values differ in type across rows as Json; fine for user fields
-        # (id, extra, metadata), a schema break for the fields this product writes.
-        mixed = sorted(name for name, feature in columns.items() if "Json(" in feature)
-        broken = [name for name in mixed if name not in USER_TYPED_COLUMNS]
-        passed = loaded == len(rows) == expected and not broken
-        problems = ([f"datasets loaded {loaded} row(s), the file has {len(rows)}, the ledger has {expected} kept "
-                     "sample(s)"] if not loaded == len(rows) == expected else []) + (
-            [f"column(s) with a different type on some rows: {', '.join(broken)}"] if broken else [])
-        return dg.AssetCheckResult(
-            passed=passed, description="; ".join(problems) or None,
-            metadata={"rows": loaded, "file_rows": len(rows), "expected_rows": expected,
-                      "columns": ", ".join(columns), "mixed_type_columns": ", ".join(mixed) or "none"},
-        )
 
-    @dg.asset_check(asset=target, name="no_duplicate_sample_keys",
-                    description="Each sample_key appears at most once in trajectories.jsonl.")
-    def no_duplicate_sample_keys() -> dg.AssetCheckResult:
-        rows, unreadable = _rows(paths.trajectories)
-        keys = Counter(row.get("sample_key") for row in rows)
-        duplicated = {key: n for key, n in keys.items() if n > 1}
-        return dg.AssetCheckResult(
-            passed=not duplicated,
-            metadata={"rows": sum(keys.values()), "unreadable_lines": unreadable, "distinct_sample_keys": len(keys),
-                      "duplicated_keys": len(duplicated), "extra_rows": sum(n - 1 for n in duplicated.values()),
-                      "examples": dg.MetadataValue.json({str(k): n for k, n in list(duplicated.items())[:MAX_LISTED]})},
-        )
+def _no_duplicate_sample_keys(paths: RunPaths) -> dg.AssetCheckResult:
+    rows, unreadable = _rows(paths.trajectories)
+    keys = Counter(row.get("sample_key") for row in rows)
+    duplicated = {key: n for key, n in keys.items() if n > 1}
+    return dg.AssetCheckResult(
+        passed=not duplicated,
+        metadata={"rows": sum(keys.values()), "unreadable_lines": unreadable, "distinct_sample_keys": len(keys),
+                  "duplicated_keys": len(duplicated), "extra_rows": sum(n - 1 for n in duplicated.values()),
+                  "examples": dg.MetadataValue.json({str(k): n for k, n in list(duplicated.items())[:MAX_LISTED]})},
+    )
 
-    @dg.asset_check(asset=target, name="every_sample_accounted_for",
-                    description="Each sample of prompts.jsonl has a final ledger record or is pending in a batch; "
-                    "each kept sample is in trajectories.jsonl and nothing else is.")
-    def every_sample_accounted_for() -> dg.AssetCheckResult:
-        return _accounting(paths)
 
-    def rate_check(name: str, label: str, disposition: str, env_name: str, default: float):
-        @dg.asset_check(asset=target, name=name,
-                        description=f"{disposition} ÷ judged samples ≤ ${env_name} (default {default}).")
-        def check() -> dg.AssetCheckResult:
-            counts, judged = _finished_counts(paths)
-            return _rate_result(label, counts[disposition], judged, rate_threshold(env_name, default), env_name)
+def _rate_check(label: str, disposition: str, env_name: str, default: float) -> Callable[[RunPaths], dg.AssetCheckResult]:
+    def check(paths: RunPaths) -> dg.AssetCheckResult:
+        counts, judged = _finished_counts(paths)
+        return _rate_result(label, counts[disposition], judged, rate_threshold(env_name, default), env_name)
 
-        return check
-
-    no_reasoning_rate = rate_check("no_reasoning_rate", "no-reasoning", Disposition.DISCARDED_NO_REASONING,
-                                   NO_REASONING_ENV, DEFAULT_MAX_NO_REASONING_RATE)
-    hallucination_rate = rate_check("hallucination_rate", "hallucinated-tool", Disposition.DISCARDED_HALLUCINATED_TOOL,
-                                    HALLUCINATION_ENV, DEFAULT_MAX_HALLUCINATION_RATE)
-
-    return [loads_with_hf_datasets, no_duplicate_sample_keys, every_sample_accounted_for, no_reasoning_rate,
-            hallucination_rate]
+    return check
 
 
 def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
@@ -202,6 +177,46 @@ def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
                                    description=f"{pending} of {len(samples)} sample(s) still pending "
                                    "(materialize the missing and failed raw_trajectories partitions)")
     return dg.AssetCheckResult(passed=True, metadata=metadata)
+
+
+# name -> (description, check): one Dagster step runs them all (a step per check cost 3 more event
+# writes each, ~0.3 s per run in all).
+CHECKS: dict[str, tuple[str, Callable[[RunPaths], dg.AssetCheckResult]]] = {
+    "loads_with_hf_datasets": ("trajectories.jsonl loads with HF datasets, one row per kept sample, and the "
+                               "columns our format fixes have one type on every row.", _loads_with_hf_datasets),
+    "no_duplicate_sample_keys": ("Each sample_key appears at most once in trajectories.jsonl.",
+                                 _no_duplicate_sample_keys),
+    "every_sample_accounted_for": ("Each sample of prompts.jsonl has a final ledger record or is pending in a "
+                                   "batch; each kept sample is in trajectories.jsonl and nothing else is.",
+                                   _accounting),
+    "no_reasoning_rate": (f"{Disposition.DISCARDED_NO_REASONING} ÷ judged samples ≤ ${NO_REASONING_ENV} "
+                          f"(default {DEFAULT_MAX_NO_REASONING_RATE}).",
+                          _rate_check("no-reasoning", Disposition.DISCARDED_NO_REASONING, NO_REASONING_ENV,
+                                      DEFAULT_MAX_NO_REASONING_RATE)),
+    "hallucination_rate": (f"{Disposition.DISCARDED_HALLUCINATED_TOOL} ÷ judged samples ≤ ${HALLUCINATION_ENV} "
+                           f"(default {DEFAULT_MAX_HALLUCINATION_RATE}).",
+                           _rate_check("hallucinated-tool", Disposition.DISCARDED_HALLUCINATED_TOOL,
+                                       HALLUCINATION_ENV, DEFAULT_MAX_HALLUCINATION_RATE)),
+}
+
+
+def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefinition]:
+    """The checks of one run's `filtered_trajectories` (in one step; any subset can run); they read
+    the run folder's files."""
+    paths = RunPaths(run_dir(data_root, recipe.run_name))
+    target = dg.AssetKey([recipe.run_name, "filtered_trajectories"])
+
+    @dg.multi_asset_check(
+        specs=[dg.AssetCheckSpec(name, asset=target, description=description)
+               for name, (description, _) in CHECKS.items()],
+        name=f"{recipe.run_name}__filtered_trajectories_checks", can_subset=True,
+    )
+    def filtered_trajectories_checks(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        for key in context.selected_asset_check_keys:
+            result = CHECKS[key.name][1](paths)
+            yield result._replace(asset_key=target, check_name=key.name)
+
+    return [filtered_trajectories_checks]
 
 
 def build_run_assets_and_checks(

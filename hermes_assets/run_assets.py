@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import __version__, pipeline
+from hermes_core import __version__, hf_loading, pipeline
 from hermes_core.pipeline import RunPaths
 from hermes_core.progress import Progress
 from hermes_core.recipe import Recipe, run_dir
@@ -132,6 +132,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     @dg.asset(**common, deps=[raw_trajectories], description="Kept trajectories merged in prompt order.")
     def filtered_trajectories() -> dg.MaterializeResult:
         counts = pipeline.write_trajectories(paths)
+        hf_loading.prefetch(paths.trajectories)  # the loads_with_hf_datasets check's load starts now
         return dg.MaterializeResult(metadata={
             "kept_rows": counts["kept"], "samples_done": counts["done"],
             "path": dg.MetadataValue.path(str(paths.trajectories)),

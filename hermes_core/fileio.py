@@ -6,8 +6,9 @@ import json
 import os
 import tempfile
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 import orjson
 
@@ -31,14 +32,16 @@ def json_loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
-    """Write via a temp file in the same folder + fsync + rename, so readers never see half a file."""
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A handle on a temp file in the same folder; on success it is fsync'd and renamed over `path`,
+    so readers never see half a file; on error it is removed and `path` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -46,15 +49,26 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_path(path.parent)
-    return path
+
+
+def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
+    with atomic_file(path) as handle:
+        handle.write(text.encode("utf-8") if isinstance(text, str) else text)
+    return Path(path)
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    return atomic_write_text(path, b"".join(json_bytes(row) + b"\n" for row in rows))
+def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Stream `rows` into `path` atomically (they may come from a generator); returns how many."""
+    count = 0
+    with atomic_file(path) as handle:
+        for row in rows:
+            handle.write(json_bytes(row) + b"\n")
+            count += 1
+    return count
 
 
 def append_jsonl_durable(path: str | Path, row: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """Loading a JSONL file the way HF `datasets` users will: what the `loads_with_hf_datasets` check runs.
 
 Importing `datasets` costs about a second of CPU. A command line run can start a loader process
-with the run (`start_loader`): it imports `datasets` on the other core while the run works, and the
-check after the run sends it the path and only waits for the load itself.
+with the run (`start_loader`): it imports `datasets` on the other core while the run works. The
+step that writes the file hands it the path (`prefetch`), so the load overlaps the steps between,
+and the check only waits for what is left.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ except Exception as exc:
     print(json.dumps({"error": describe_error(exc)}))
 """
 _started: subprocess.Popen | None = None
+_asked: str | None = None  # the path the started loader is already loading
 _lock = threading.Lock()
 
 
@@ -68,11 +70,25 @@ def start_loader() -> None:
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+def prefetch(path: str | Path) -> None:
+    """Have the started loader (if any) begin loading `path` now; `load_with_datasets(path)` collects it."""
+    global _asked
+    with _lock:
+        if _started is None or _asked is not None:
+            return
+        try:
+            _started.stdin.write(f"{path}\n")
+            _started.stdin.flush()
+            _asked = str(path)
+        except OSError:
+            pass  # a broken loader: load_with_datasets falls back to loading in this process
+
+
 def stop_loader() -> None:
     """Stop a loader nobody used (e.g. the run failed before its checks)."""
-    global _started
+    global _started, _asked
     with _lock:
-        loader, _started = _started, None
+        loader, _started, _asked = _started, None, None
     if loader is not None:
         loader.kill()
         loader.wait()
@@ -81,13 +97,16 @@ def stop_loader() -> None:
 def load_with_datasets(path: str | Path) -> tuple[int, dict[str, str]]:
     """`load_in_process` through the started loader when there is one, else in this process.
     Raises LoadError (or the loader's exception) when `datasets` refuses the file."""
-    global _started
+    global _started, _asked
     with _lock:
-        loader, _started = _started, None
-    if loader is None:
+        loader, asked, _started, _asked = _started, _asked, None, None
+    if loader is None or asked not in (None, str(path)):
+        if loader is not None:
+            loader.kill()
+            loader.wait()
         return load_in_process(path)
     try:
-        answer, _ = loader.communicate(f"{path}\n", timeout=600)
+        answer, _ = loader.communicate(None if asked else f"{path}\n", timeout=600)
         result = json.loads(answer)
     except (subprocess.TimeoutExpired, OSError, ValueError):
         loader.kill()

@@ -5,16 +5,19 @@
   derived from their members' keys, never from line positions.
 - Ledger (`raw/<partition_key>.jsonl`): one record appended (fsync) the moment a sample finishes,
   so a crash loses at most the samples in flight. The latest record of a sample is its state.
+  In memory a ledger keeps a summary of each sample's latest record (~1 KB, without the
+  trajectory) and where the record lies; whole records are read back from disk one at a time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads
 from hermes_core.filters import Disposition
@@ -63,8 +66,24 @@ class BatchPlan:
         raise KeyError(f"no batch {key!r} in {self.path}")
 
 
+HEAVY_FIELDS = ("row", "messages")  # the trajectory: 90% of a record, only the final file needs it
+
+
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """A record without its trajectory: what statistics, checks and planning read."""
+    summary = {key: value for key, value in record.items() if key not in HEAVY_FIELDS}
+    row = record.get("row")
+    summary["has_row"] = row is not None
+    summary["tool_stats"] = row["tool_stats"] if row is not None else {}
+    return summary
+
+
 class Ledger:
     """Records of one run's samples, across all partitions and all past invocations.
+
+    `latest` maps each sample key to the summary of its latest record (`summarize`); `record(key)`
+    and `records(keys)` read whole records from disk, so memory does not grow with trajectory size
+    (a 100k-sample run holds ~100 MB of summaries, not ~1 GB of trajectories).
 
     The raw files only ever grow, so a ledger reads each byte once: `refresh()` parses what was
     appended since, and `Ledger.load()` hands out one refreshed ledger per folder to every step of
@@ -95,6 +114,7 @@ class Ledger:
 
     def _reset(self) -> None:
         self.latest: dict[str, dict[str, Any]] = {}
+        self._where: dict[str, tuple[Path, int, int]] = {}  # sample key -> (file, offset, length) of its latest record
         self.failures: dict[str, int] = {}
         self.records_per_partition: dict[str, int] = {}  # attempts recorded in each raw/<partition>.jsonl
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
@@ -124,14 +144,17 @@ class Ledger:
                 handle.seek(done)
                 data = handle.read(stat.st_size - done)
             whole = data[: data.rfind(b"\n") + 1]
-            for line in whole.splitlines():
+            offset = done
+            for line in whole.split(b"\n")[:-1]:
                 if line.strip():
-                    self._note(json_loads(line))
+                    self._note(json_loads(line), (path, offset, len(line)))
+                offset += len(line) + 1
             self._read[path] = (stat.st_ino, done + len(whole))
         return True
 
-    def _note(self, record: dict[str, Any]) -> None:
-        self.latest[record["sample_key"]] = record
+    def _note(self, record: dict[str, Any], where: tuple[Path, int, int]) -> None:
+        self.latest[record["sample_key"]] = summarize(record)
+        self._where[record["sample_key"]] = where
         partition = record["partition_key"]
         self.records_per_partition[partition] = self.records_per_partition.get(partition, 0) + 1
         self.spent["api_calls"] += record.get("api_calls", 0)
@@ -148,6 +171,30 @@ class Ledger:
 
     def attempts(self, sample_key: str) -> int:
         return self.failures.get(sample_key, 0)
+
+    def records(self, sample_keys: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, whole latest record) for each key that has one, read from disk in the given order."""
+        handles: dict[Path, int] = {}
+        try:
+            for key in sample_keys:
+                with self._lock:
+                    where = self._where.get(key)
+                if where is None:
+                    continue
+                path, offset, length = where
+                if path not in handles:
+                    handles[path] = os.open(path, os.O_RDONLY)
+                record = json_loads(os.pread(handles[path], length, offset))
+                if record.get("sample_key") != key:  # only if a raw file was replaced under us
+                    raise RuntimeError(f"{path} changed while it was being read; run the step again")
+                yield key, record
+        finally:
+            for fd in handles.values():
+                os.close(fd)
+
+    def record(self, sample_key: str) -> dict[str, Any] | None:
+        """The whole latest record of one sample, or None."""
+        return next((record for _, record in self.records([sample_key])), None)
 
     def append(self, partition_key: str, record: dict[str, Any]) -> None:
         """Write the record durably, then read it back like any other appended line (so a record

@@ -223,31 +223,28 @@ def current_records(paths: RunPaths, ledger: Ledger | None = None) -> Iterator[t
     """(sample, its latest ledger record) for every sample of the dataset as loaded now that has a
     record, in prompt order: what every merged output is built from."""
     ledger = Ledger.load(paths.raw) if ledger is None else ledger
-    for sample in read_samples(paths):
-        record = ledger.latest.get(sample.sample_key)
-        if record is not None:
-            yield sample, record
+    samples = {sample.sample_key: sample for sample in read_samples(paths)}
+    for key, record in ledger.records(samples):
+        yield samples[key], record
 
 
 def write_trajectories(paths: RunPaths) -> dict[str, int]:
     """Merge kept rows of the current dataset in prompt order, one per sample key; write the
     final file and the checkpoint atomically."""
     ledger = Ledger.load(paths.raw)
-    rows, done = [], []
-    for sample, record in current_records(paths, ledger):
-        if record["disposition"] not in Disposition.FINAL:
-            continue
-        done.append(sample.prompt_index)
-        if record["disposition"] == Disposition.KEPT:
-            rows.append({**record["row"], "prompt_index": sample.prompt_index})
-    atomic_write_jsonl(paths.trajectories, rows)
+    samples = read_samples(paths)
+    done = [s.prompt_index for s in samples if ledger.is_done(s.sample_key)]
+    kept = {s.sample_key: s for s in samples
+            if ledger.is_done(s.sample_key) and ledger.latest[s.sample_key]["disposition"] == Disposition.KEPT}
+    rows = ({**record["row"], "prompt_index": kept[key].prompt_index} for key, record in ledger.records(kept))
+    written = atomic_write_jsonl(paths.trajectories, rows)
     atomic_write_json(paths.checkpoint, {
         "run_name": paths.root.name,
         "completed_prompts": sorted(done),
         "batch_stats": dict(sorted(ledger.records_per_partition.items())),
         "last_updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
-    return {"kept": len(rows), "done": len(done)}
+    return {"kept": written, "done": len(done)}
 
 
 def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:

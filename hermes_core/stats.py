@@ -34,10 +34,10 @@ def compute_statistics(
     counts = Counter(record["disposition"] for record in records)
     tools: dict[str, dict[str, int]] = {}
     turns = with_reasoning = 0
-    for record in records:
-        if record.get("row") is None:
+    for record in records:  # ledger summaries: `tool_stats` is the row's
+        if not record["has_row"]:
             continue
-        for name, stat in record["row"]["tool_stats"].items():
+        for name, stat in record["tool_stats"].items():
             total = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
             for key in total:
                 total[key] += stat[key]

@@ -39,3 +39,14 @@ def test_an_unused_loader_is_stopped(files: tuple[Path, Path]) -> None:
     hf_loading.stop_loader()
     assert loader is not None and loader.poll() is not None and hf_loading._started is None
     assert hf_loading.load_with_datasets(files[0])[0] == 3  # no loader: loads in this process
+
+
+def test_a_prefetched_load_is_collected_and_a_different_path_is_loaded_here(files: tuple[Path, Path]) -> None:
+    good, bad = files
+    hf_loading.start_loader()
+    hf_loading.prefetch(good)
+    assert hf_loading.load_with_datasets(good)[0] == 3
+    hf_loading.start_loader()
+    hf_loading.prefetch(bad)  # then the check asks for another file: the loader's answer is not used
+    assert hf_loading.load_with_datasets(good)[0] == 3 and hf_loading._started is None
+    hf_loading.prefetch(good)  # no loader started: nothing happens

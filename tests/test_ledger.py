@@ -43,3 +43,18 @@ def test_a_torn_line_waits_and_a_replaced_file_is_read_again(tmp_path: Path) -> 
     assert set(Ledger.load(raw).latest) == {"z"} and ledger.spent["api_calls"] == 1
     path.unlink()
     assert Ledger.load(raw).latest == {} and ledger.records_per_partition == {}
+
+
+def test_memory_holds_summaries_and_whole_records_are_read_back_from_disk(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    ledger = Ledger.load(raw)
+    trajectory = {"conversations": [{"from": "human", "value": "x" * 5000}], "tool_stats": {"terminal": {"count": 1}}}
+    ledger.append("b00003-z", {**record("a", "b00003-z"), "row": trajectory, "messages": [{"role": "user"}]})
+    ledger.append("b00003-z", record("b", "b00003-z", disposition="failed_retryable"))
+    ledger.append("b00003-z", {**record("b", "b00003-z"), "row": trajectory})  # b's retry supersedes it
+    summary = ledger.latest["a"]
+    assert "row" not in summary and "messages" not in summary
+    assert summary["has_row"] and summary["tool_stats"] == {"terminal": {"count": 1}}
+    assert [key for key, _ in ledger.records(["b", "missing", "a"])] == ["b", "a"]
+    assert ledger.record("a")["row"] == trajectory and ledger.record("b")["disposition"] == "kept"
+    assert ledger.record("missing") is None

@@ -132,10 +132,11 @@ class RequestLog:
             self.sample_starts[str(first_user.get("content"))] += 1
 
     def as_json(self, since: float = 0.0) -> dict[str, Any]:
-        """Counts, and when the first request at or after `since` (epoch seconds) arrived."""
+        """Counts, and when the first request at or after `since` (epoch seconds) and the last one arrived."""
         later = bisect.bisect_left(self.arrivals, since)
         return {"requests": self.requests, "sample_starts": dict(self.sample_starts),
-                "first_at": self.arrivals[later] if later < len(self.arrivals) else None}
+                "first_at": self.arrivals[later] if later < len(self.arrivals) else None,
+                "last_at": self.arrivals[-1] if self.arrivals else None}
 
 
 def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette:
