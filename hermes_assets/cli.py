@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import dagster as dg
 
 from hermes_core import hf_loading, pipeline
 from hermes_core.config import Endpoint, data_root
+from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.dataset import DatasetError, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
 from hermes_core.exports import add_export_arguments, run_export
 from hermes_core.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.pipeline import RunPaths
+from hermes_core.fileio import atomic_write_text
+from hermes_core.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
 from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
 from hermes_core.stats import format_summary
@@ -61,6 +65,8 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning_effort", help="reasoning effort passed to the model (e.g. low, medium, high)")
     p.add_argument("--reasoning_disabled", action="store_true",
                    help="do not request reasoning and keep trajectories without it (no-reasoning filter off)")
+    p.add_argument("--discard_incomplete", action="store_true",
+                   help="discard trajectories that reached --max_turns without a final answer (kept by default)")
     p.add_argument("--max_tokens", type=int, help="max_tokens per model call")
     p.add_argument("--temperature", type=float, help="sampling temperature")
     p.add_argument("--max_samples", type=int, help="keep only the first N valid rows")
@@ -70,6 +76,10 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
                    help="skip invalid dataset lines (reported) instead of refusing the dataset")
     p.add_argument("--stream", action="store_true", help="use streaming responses from the endpoint")
+    p.add_argument("--tool_call_mode", "--tool-call-mode", choices=TOOL_CALL_MODES, default=NATIVE,
+                   help="native: OpenAI `tools` (default); constrained: for models without tool calling, tools "
+                   "described in the system message and each reply constrained to a JSON schema (a call or a "
+                   "final answer)")
     p.add_argument("--sandbox_backend", choices=known_backends(),
                    help="where tools run: local (bubblewrap, default), docker, modal, singularity, or plain "
                    "(NOT isolated); default $HERMES_TERMINAL_BACKEND or local")
@@ -123,7 +133,7 @@ def run_batch(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, temperature=args.temperature, batch_size=args.batch_size,
         num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
         max_attempts=args.max_attempts, stream=args.stream, sandbox_backend=args.sandbox_backend,
-        compression=_compression_flags(args),
+        tool_call_mode=args.tool_call_mode, discard_incomplete=args.discard_incomplete, compression=_compression_flags(args),
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
@@ -211,6 +221,28 @@ def batch_main(argv: list[str] | None = None) -> int:
         hf_loading.stop_loader()
 
 
+def serve_local_model(args: argparse.Namespace) -> int:
+    try:
+        server = LocalModelServer(args.gguf, args.port, args.threads, args.context, args.parallel,
+                                  args.verbose).start()
+    except LocalModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    port = server.base_url.rsplit(":", 1)[1].split("/")[0]
+    if args.port_file:
+        atomic_write_text(args.port_file, port)
+    print(f"llama.cpp serves {server.gguf.name} ({server.model_id()}) at {server.base_url}\n"
+          f"  hermes-batch --base_url={server.base_url} --api_key=local --tool_call_mode=constrained "
+          "--reasoning_disabled ...\nCtrl-C stops it.", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 def foundry_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hermes-foundry", description="Hermes Foundry utilities.",
                                      epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,7 +257,18 @@ def foundry_main(argv: list[str] | None = None) -> int:
     add_serve_arguments(serve_parser)
     export = commands.add_parser("export", help="export a run for training: HF datasets/Parquet, TRL messages, Hub push")
     add_export_arguments(export)
+    local = commands.add_parser("local-model", help="serve a real GGUF model with llama.cpp on 127.0.0.1 (offline; "
+                                "optional extra: make local)")
+    local.add_argument("--gguf", help="GGUF file (default: SmolLM2-135M-Instruct, installed by make local)")
+    local.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    local.add_argument("--port-file", "--port_file", dest="port_file", help="write the bound port here")
+    local.add_argument("--threads", type=int, help="CPU threads (default: cores, at most 4)")
+    local.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="context tokens per request")
+    local.add_argument("--parallel", type=int, default=1, help="requests decoded at once (match --num_workers)")
+    local.add_argument("--verbose", action="store_true", help="llama.cpp's own log lines (per request) on stderr")
     args = parser.parse_args(argv)
+    if args.command == "local-model":
+        return serve_local_model(args)
     if args.command == "export":
         return run_export(args)
     if args.command == "serve":

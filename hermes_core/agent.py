@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import aiohttp
 
+from hermes_core import constrained
 from hermes_core.config import Endpoint
 from hermes_core.model_client import ModelClient, ModelError
 from hermes_core.reasoning import extract_reasoning
@@ -79,6 +80,7 @@ class AIAgent:
         tool_registry: ToolRegistry | None = None,
         http_client: aiohttp.ClientSession | None = None,
         tool_progress: Callable[[dict[str, str]], None] | None = None,
+        tool_call_mode: str = constrained.NATIVE,
     ):
         self.endpoint = Endpoint.resolve(
             base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s
@@ -100,6 +102,9 @@ class AIAgent:
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self._http = http_client
         self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
+        if tool_call_mode not in constrained.TOOL_CALL_MODES:
+            raise ValueError(f"tool_call_mode {tool_call_mode!r}: expected one of {', '.join(constrained.TOOL_CALL_MODES)}")
+        self.tool_call_mode = tool_call_mode  # constrained: for models without tool calling (hermes_core.constrained)
 
     # -- public API -------------------------------------------------------------------------
     def chat(self, message: str) -> str:
@@ -141,9 +146,11 @@ class AIAgent:
 
         async def call_model(with_tools: bool) -> dict[str, Any]:
             nonlocal api_calls
-            body: dict[str, Any] = {"messages": self._wire(system, messages)}
-            if with_tools and self.tools:
-                body["tools"] = [tool.openai_schema() for tool in self.tools]
+            tools = [tool.openai_schema() for tool in self.tools] if with_tools else []
+            if self.tool_call_mode == constrained.CONSTRAINED:
+                body = constrained.request_body(self._wire(system, messages), tools)
+            else:
+                body = {"messages": self._wire(system, messages), **({"tools": tools} if tools else {})}
             for key, value in (("max_tokens", self.max_tokens), ("temperature", self.temperature),
                                ("reasoning_effort", self.reasoning_effort)):
                 if value is not None:
@@ -156,10 +163,13 @@ class AIAgent:
             for key in usage:
                 usage[key] += completion.usage.get(key, 0)
             reasoning, content = extract_reasoning(completion.message)
+            calls = completion.message.get("tool_calls")
+            if self.tool_call_mode == constrained.CONSTRAINED:
+                content, calls = constrained.parse_reply(content, calls_allowed=bool(tools))
             # Streams send "" where non-streamed responses send null: one shape for both.
             assistant: dict[str, Any] = {"role": "assistant", "content": content or None, "reasoning": reasoning}
-            if completion.message.get("tool_calls"):
-                assistant["tool_calls"] = completion.message["tool_calls"]
+            if calls:
+                assistant["tool_calls"] = calls
             messages.append(assistant)
             return assistant
 
@@ -202,6 +212,7 @@ class AIAgent:
             "duration_s": round(time.monotonic() - started, 3),
             "toolsets": list(self.toolsets),
             "tools_offered": [tool.name for tool in self.tools],
+            "tool_call_mode": self.tool_call_mode,
             "sandbox_created": session.sandbox is not None,
             "sandbox_failed": session.failed,
         }

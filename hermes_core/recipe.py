@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.distributions import Distribution, load_distributions
 from hermes_core.fileio import atomic_write_json
 from hermes_core.filters import FilterSettings
@@ -53,6 +54,8 @@ class Recipe:
     max_attempts: int = 3
     stream: bool = False
     sandbox_backend: str | None = None
+    tool_call_mode: str = NATIVE  # constrained: tools through a JSON-schema reply (hermes_core.constrained)
+    discard_incomplete: bool = False  # the optional filter of SPEC §7: drop trajectories that hit max_turns
     # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
     # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
     compression: bool | dict[str, Any] | None = None
@@ -62,6 +65,8 @@ class Recipe:
             raise RecipeError(
                 f"run_name {self.run_name!r}: use a letter then letters, digits or '_' (it names a Dagster asset group)"
             )
+        if self.tool_call_mode not in TOOL_CALL_MODES:
+            raise RecipeError(f"tool_call_mode {self.tool_call_mode!r}: expected one of {', '.join(TOOL_CALL_MODES)}")
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
@@ -85,11 +90,15 @@ class Recipe:
 
     @property
     def filters(self) -> FilterSettings:
-        return FilterSettings(require_reasoning=not self.reasoning_disabled)
+        return FilterSettings(require_reasoning=not self.reasoning_disabled, discard_incomplete=self.discard_incomplete)
 
     def _compute_fingerprint(self) -> str:
         settings: dict[str, Any] = {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
         settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
+        # Settings added later count only when set: fingerprints of earlier runs stay as they were.
+        for name, default in (("tool_call_mode", NATIVE), ("discard_incomplete", False)):
+            if getattr(self, name) != default:
+                settings[name] = getattr(self, name)
         canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

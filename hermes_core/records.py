@@ -72,6 +72,7 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
             "timestamp": base["finished_at"],
             "model": ctx.model,
             "served_model": result["served_model"],
+            "tool_call_mode": result["tool_call_mode"],  # constrained: calls made through a JSON schema
             "run_name": ctx.run_name,
             "partition_key": job.partition_key,
             "dagster_run_id": ctx.dagster_run_id,

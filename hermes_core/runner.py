@@ -46,6 +46,7 @@ def run_jobs(
             max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
             sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
+            tool_call_mode=recipe.tool_call_mode,
         )
         result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
         return build_record(job, result, ctx)

@@ -48,6 +48,7 @@ def compute_statistics(
         "run_name": recipe.run_name,
         "distribution": recipe.distribution,
         "model": recipe.model,
+        "tool_call_mode": recipe.tool_call_mode,
         "total_prompts": len(sample_toolsets),
         "total_batches": total_batches,
         "batch_size": recipe.batch_size,
@@ -87,7 +88,9 @@ def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bo
     lines = [f"Run {stats['run_name']!r}: model {stats['model']}"
              + ("  [SIMULATED model endpoint — not real model output]" if simulated else ""),
              f"  distribution {stats['distribution']}, {stats['total_prompts']} prompts in "
-             f"{stats['total_batches']} batches of ≤{stats['batch_size']}", ""]
+             f"{stats['total_batches']} batches of ≤{stats['batch_size']}"
+             + ("; tool calls through JSON-schema constrained replies" if stats.get("tool_call_mode") == "constrained"
+                else ""), ""]
     table = sorted(stats["tool_statistics"].items(), key=lambda item: (-item[1]["count"], item[0]))
     used = [(name, s) for name, s in table if s["count"]]
     if used:

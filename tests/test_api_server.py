@@ -337,3 +337,13 @@ def test_serve_main_in_a_process(tmp_path: Path, sim_server: Any, sandbox_root: 
         # uvicorn shuts down gracefully, then re-raises the signal it captured: exit status -SIGTERM.
         assert proc.wait(15) in (0, -signal.SIGTERM)
         assert "Finished server process" in proc.stderr.read()
+
+
+def test_constrained_tool_call_mode_runs_tools_for_models_without_tool_calling(start_server: Any) -> None:
+    server = start_server(tool_call_mode="constrained")
+    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=60)
+    answer = client.chat.completions.create(model="hermes-agent", messages=user(TOOL_PROMPT)).choices[0].message.content
+    assert "served-by-hermes" in answer and not answer.startswith("{")  # the tool ran; the JSON reply was unwrapped
+    with pytest.raises(SettingsError, match="API_SERVER_TOOL_CALL_MODE"):
+        load_settings(None, {"API_SERVER_KEY": KEY, "HERMES_BASE_URL": "http://127.0.0.1:9/v1",
+                             "API_SERVER_TOOL_CALL_MODE": "json"})

@@ -147,6 +147,15 @@ def test_filters_discard_and_failures_stay_retryable(isolated_homes, sim_url, ca
     assert len(ledger_records(run_dir)) == 5  # discarded samples were not re-run
 
 
+def test_discard_incomplete_drops_trajectories_that_hit_max_turns(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": "Run ls"}, {"prompt": "Run ls [sim:loop]"}])
+    assert run(isolated_homes, sim_url, dataset, "--max_turns=2", "--discard_incomplete") == 0
+    counts = json.loads((isolated_homes / "data" / "t1" / "statistics.json").read_text())["counts"]
+    assert (counts["kept"], counts["discarded_incomplete"]) == (1, 1)
+    assert "incomplete 1" in capsys.readouterr().out
+    assert run(isolated_homes, sim_url, dataset, "--max_turns=2") == 2  # the filter is part of the recipe
+
+
 def test_list_distributions(capsys):
     assert batch_main(["--list_distributions"]) == 0
     out = capsys.readouterr().out

@@ -203,7 +203,7 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             enabled_toolsets=list(settings.toolsets) if settings.toolsets else None,
             max_iterations=settings.max_iterations, ephemeral_system_prompt=chat.system,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
-            sandbox_backend=sandboxes, tool_progress=progress, **chat.options,
+            sandbox_backend=sandboxes, tool_progress=progress, tool_call_mode=settings.tool_call_mode, **chat.options,
         )
 
     async def health(_: Request) -> Response:

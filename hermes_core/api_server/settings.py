@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
+from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.config import Endpoint
 
 ENV_FILE_VAR = "HERMES_ENV_FILE"
@@ -36,6 +37,7 @@ environment (or the env file; flags win, then the process environment, then the 
   API_SERVER_INLINE_PROGRESS     true: tool progress also as content lines in streams (default false)
   API_SERVER_MAX_ITERATIONS      model calls per request before the summary call (default 90)
   API_SERVER_KEEPALIVE_SECONDS   SSE ": ping" comment interval while tools run (default 15)
+  API_SERVER_TOOL_CALL_MODE      native (default) or constrained, for upstream models without tool calling
   HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   upstream model (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
   HERMES_TERMINAL_BACKEND, HERMES_SANDBOX_*       where and how tools run (README: Sandboxes)
   HERMES_ENV_FILE                env file to read (default ~/.hermes/.env)
@@ -61,6 +63,7 @@ class ApiServerSettings:
     max_iterations: int = 90
     keepalive_s: float = 15.0
     sandbox_backend: str | None = None  # None: $HERMES_TERMINAL_BACKEND or "local"
+    tool_call_mode: str = NATIVE  # constrained: tools through a JSON-schema reply (hermes_core.constrained)
 
     def __post_init__(self) -> None:
         if len(self.key or "") < MIN_KEY_LENGTH:
@@ -73,6 +76,9 @@ class ApiServerSettings:
                 raise SettingsError(f"{name} must be at least 1")
         if self.keepalive_s <= 0:
             raise SettingsError("keepalive_s must be positive")
+        if self.tool_call_mode not in TOOL_CALL_MODES:
+            raise SettingsError(f"API_SERVER_TOOL_CALL_MODE={self.tool_call_mode!r}: expected one of "
+                                f"{', '.join(TOOL_CALL_MODES)}")
         for origin in self.cors_origins:
             _check_origin(origin)
         if self.toolsets is not None:
@@ -183,6 +189,7 @@ def load_settings(
         max_iterations=int(_number(env, "API_SERVER_MAX_ITERATIONS", 90)),
         keepalive_s=float(_number(env, "API_SERVER_KEEPALIVE_SECONDS", 15.0, float)),
         sandbox_backend=env.get("HERMES_TERMINAL_BACKEND") or None,
+        tool_call_mode=env.get("API_SERVER_TOOL_CALL_MODE") or NATIVE,
     )
 
 

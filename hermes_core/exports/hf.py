@@ -36,7 +36,8 @@ from hermes_core.fileio import atomic_write_text
 
 _STRING, _INT = datasets.Value("string"), datasets.Value("int64")
 METADATA_FIELDS: dict[str, datasets.Value] = {
-    "batch_num": _INT, "timestamp": _STRING, "model": _STRING, "served_model": _STRING, "run_name": _STRING,
+    "batch_num": _INT, "timestamp": _STRING, "model": _STRING, "served_model": _STRING,
+    "tool_call_mode": _STRING, "run_name": _STRING,
     "partition_key": _STRING, "dagster_run_id": _STRING, "distribution": _STRING, "code_version": _STRING,
     "recipe_fingerprint": _STRING, "dataset_sha256": _STRING,
 }

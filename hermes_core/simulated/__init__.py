@@ -8,7 +8,9 @@
 * tools offered and fewer completed tool rounds than wanted (default 1): reasoning plus one call
   to an offered tool picked by prompt keywords, with schema-valid arguments;
 * tool results present and no more rounds wanted: a final answer quoting the last result;
-* no tools: a direct answer; a later user message containing "summar": a summary, no tool calls.
+* no tools: a direct answer; a later user message containing "summar": a summary, no tool calls;
+* a JSON-schema `response_format` (tool_call_mode constrained): the same decisions, written as the
+  `{"tool", "arguments"}` or `{"final_answer"}` object the schema asks for.
 
 Directives in the first user message script the conversation:
 `[sim:tools=N]` `[sim:no-tools]` `[sim:loop]` `[sim:parallel]` `[sim:no-reasoning]`
@@ -19,7 +21,8 @@ Directives in the first user message script the conversation:
 message list, so a retried request eventually succeeds.
 """
 
-from hermes_core.simulated.policy import MODEL_ID, Reply, SimulatedHTTPError, respond
+from hermes_core.simulated.constrained_replies import respond
+from hermes_core.simulated.policy import MODEL_ID, Reply, SimulatedHTTPError
 from hermes_core.simulated.server import SimulatedModelServer, create_app, serve
 
 __all__ = ["MODEL_ID", "Reply", "SimulatedHTTPError", "SimulatedModelServer", "create_app", "respond", "serve"]

@@ -33,8 +33,8 @@ from hermes_core.simulated.policy import (
     SimulatedHTTPError,
     conversation_key,
     extra_latency,
-    respond,
 )
+from hermes_core.simulated.constrained_replies import respond
 
 OWNER = "hermes-foundry-simulated"
 FINGERPRINT = "hermes-sim-simulated"
