@@ -38,6 +38,8 @@ environment (flags win):
   HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap)
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
                                                   sandbox limits and options (README: Sandboxes)
+  HERMES_WEB_SEARCH_URL, HERMES_VISION_BASE_URL, HERMES_IMAGE_BASE_URL (+ _API_KEY, _MODEL), HERMES_WEB_*
+                                                  networked tool backends (README: Networked tools)
 """
 
 
@@ -80,6 +82,10 @@ def _batch_parser() -> argparse.ArgumentParser:
                    help="native: OpenAI `tools` (default); constrained: for models without tool calling, tools "
                    "described in the system message and each reply constrained to a JSON schema (a call or a "
                    "final answer)")
+    p.add_argument("--tool_backend", "--tool-backend", dest="tool_backends", action="append", default=[],
+                   metavar="NAME=VALUE", help="a networked tool backend for this run, e.g. "
+                   "HERMES_WEB_SEARCH_URL=http://127.0.0.1:8888 (repeatable; over the environment; README: "
+                   "Networked tools)")
     p.add_argument("--sandbox_backend", choices=known_backends(),
                    help="where tools run: local (bubblewrap, default), docker, modal, singularity, or plain "
                    "(NOT isolated); default $HERMES_TERMINAL_BACKEND or local")
@@ -113,6 +119,12 @@ def _first_error(result: dg.ExecuteInProcessResult) -> str:
     return "the Dagster run failed"
 
 
+def _pairs(items: list[str]) -> dict[str, str] | None:
+    if not all("=" in item for item in items):
+        raise RecipeError(f"--tool_backend {next(i for i in items if '=' not in i)!r}: expected NAME=VALUE")
+    return dict(item.split("=", 1) for item in items) or None
+
+
 def _compression_flags(args: argparse.Namespace) -> dict | None:
     if not args.compress:
         return None
@@ -133,7 +145,8 @@ def run_batch(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, temperature=args.temperature, batch_size=args.batch_size,
         num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
         max_attempts=args.max_attempts, stream=args.stream, sandbox_backend=args.sandbox_backend,
-        tool_call_mode=args.tool_call_mode, discard_incomplete=args.discard_incomplete, compression=_compression_flags(args),
+        tool_call_mode=args.tool_call_mode, discard_incomplete=args.discard_incomplete,
+        tool_backends=_pairs(args.tool_backends), compression=_compression_flags(args),
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,

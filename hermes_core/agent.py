@@ -21,6 +21,7 @@ from hermes_core.reasoning import extract_reasoning
 from hermes_core.sandbox import Sandbox, SandboxBackend, SandboxError, get_backend
 from hermes_core.sharegpt import tool_stats as count_tool_stats
 from hermes_core.tools import TOOLSET_ORDER, Tool, ToolContext, registry as default_registry
+from hermes_core.tools.backends import ToolBackends
 from hermes_core.tools.registry import ToolRegistry, unknown_tool_reply
 
 SUMMARY_REQUEST = (
@@ -32,7 +33,8 @@ T = TypeVar("T")
 
 
 def resolve_toolsets(
-    enabled: list[str] | None, disabled: list[str] | None, tool_registry: ToolRegistry = default_registry
+    enabled: list[str] | None, disabled: list[str] | None, tool_registry: ToolRegistry = default_registry,
+    backends: ToolBackends | None = None,
 ) -> list[str]:
     """SPEC §4: None → every toolset with an available tool; a list → only those; minus disabled."""
     known = tool_registry.toolsets
@@ -41,7 +43,7 @@ def resolve_toolsets(
         raise ValueError(f"unknown toolset(s) {unknown}; known: {sorted(known)}")
     order = [name for name in TOOLSET_ORDER if name in known] + [n for n in known if n not in TOOLSET_ORDER]
     chosen = [n for n in order if n in enabled] if enabled is not None else [
-        n for n in order if tool_registry.available([n])
+        n for n in order if tool_registry.available([n], backends)
     ]
     return [name for name in chosen if name not in set(disabled or [])]
 
@@ -81,6 +83,7 @@ class AIAgent:
         http_client: aiohttp.ClientSession | None = None,
         tool_progress: Callable[[dict[str, str]], None] | None = None,
         tool_call_mode: str = constrained.NATIVE,
+        tool_backends: ToolBackends | None = None,
     ):
         self.endpoint = Endpoint.resolve(
             base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s
@@ -88,8 +91,9 @@ class AIAgent:
         self.model = self.endpoint.model
         self.quiet_mode = quiet_mode
         self.registry = tool_registry or default_registry
-        self.toolsets = resolve_toolsets(enabled_toolsets, disabled_toolsets, self.registry)
-        self.tools: list[Tool] = self.registry.available(self.toolsets)
+        self.tool_backends = ToolBackends.resolve() if tool_backends is None else tool_backends
+        self.toolsets = resolve_toolsets(enabled_toolsets, disabled_toolsets, self.registry, self.tool_backends)
+        self.tools: list[Tool] = self.registry.available(self.toolsets, self.tool_backends)
         self.max_iterations = max_iterations
         self.ephemeral_system_prompt = ephemeral_system_prompt
         self.reasoning_effort = reasoning_effort
@@ -210,7 +214,7 @@ class AIAgent:
             "model": self.model,
             "served_model": ",".join(served_models) or None,
             "duration_s": round(time.monotonic() - started, 3),
-            "toolsets": list(self.toolsets),
+            "toolsets": [name for name in self.toolsets if any(t.toolset == name for t in self.tools)],  # offered
             "tools_offered": [tool.name for tool in self.tools],
             "tool_call_mode": self.tool_call_mode,
             "sandbox_created": session.sandbox is not None,
@@ -254,6 +258,7 @@ class _Session:
         self.sandbox: Sandbox | None = None
         self.failed = False
         self.state: dict[str, Any] = {}
+        self.ctx: ToolContext | None = None
         self.offered = {tool.name: tool for tool in agent.tools}
 
     async def _context(self) -> ToolContext:
@@ -266,9 +271,14 @@ class _Session:
             except asyncio.CancelledError:  # the thread still opens it: close it once it has
                 opening.add_done_callback(_close_when_opened)
                 raise
-        return ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state)
+        if self.ctx is None:
+            self.ctx = ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state,
+                                   backends=self.agent.tool_backends)
+        return self.ctx
 
     async def close(self) -> None:
+        for close in reversed(self.ctx.on_close if self.ctx else []):  # e.g. the sample's browser context
+            await asyncio.to_thread(close)
         if self.sandbox is not None:
             await asyncio.to_thread(self.sandbox.close)
         if self.agent._backend is not None and not self.agent._backend_given:

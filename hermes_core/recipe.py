@@ -19,6 +19,7 @@ from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.distributions import Distribution, load_distributions
 from hermes_core.fileio import atomic_write_json
 from hermes_core.filters import FilterSettings
+from hermes_core.tools.backends import BackendError, ToolBackends
 
 RUN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # Settings that change what a sample means; changing one under the same run name is refused.
@@ -56,6 +57,9 @@ class Recipe:
     sandbox_backend: str | None = None
     tool_call_mode: str = NATIVE  # constrained: tools through a JSON-schema reply (hermes_core.constrained)
     discard_incomplete: bool = False  # the optional filter of SPEC §7: drop trajectories that hit max_turns
+    # Networked tool backends for this run (HERMES_WEB_SEARCH_URL, ...: hermes_core.tools.backends),
+    # over the environment. Not in the fingerprint: like the environment, they decide what is offered.
+    tool_backends: dict[str, str] | None = None
     # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
     # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
     compression: bool | dict[str, Any] | None = None
@@ -67,6 +71,14 @@ class Recipe:
             )
         if self.tool_call_mode not in TOOL_CALL_MODES:
             raise RecipeError(f"tool_call_mode {self.tool_call_mode!r}: expected one of {', '.join(TOOL_CALL_MODES)}")
+        secrets_given = sorted(name for name in self.tool_backends or {} if name.endswith("_API_KEY"))
+        if secrets_given:
+            raise RecipeError(f"tool_backends {secrets_given}: API keys come from the environment only "
+                              "(the recipe is saved to disk)")
+        try:
+            ToolBackends.resolve(self.tool_backends, {})
+        except BackendError as exc:
+            raise RecipeError(f"tool_backends: {exc}") from None
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")

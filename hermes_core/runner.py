@@ -18,6 +18,7 @@ from hermes_core.model_client import http_session
 from hermes_core.records import RunContext, SampleJob, build_record
 from hermes_core.recipe import Recipe
 from hermes_core.sandbox import SandboxBackend
+from hermes_core.tools.backends import ToolBackends
 
 
 START_GAP_S = 0.015
@@ -36,6 +37,7 @@ def run_jobs(
     if not jobs:
         return
     workers = min(recipe.num_workers, len(jobs))
+    backends = ToolBackends.resolve(recipe.tool_backends)  # once: the environment as the run starts
 
     async def session(job: SampleJob, http: aiohttp.ClientSession) -> dict[str, Any]:
         agent = AIAgent(
@@ -46,7 +48,7 @@ def run_jobs(
             max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
             sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
-            tool_call_mode=recipe.tool_call_mode,
+            tool_call_mode=recipe.tool_call_mode, tool_backends=backends,
         )
         result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
         return build_record(job, result, ctx)

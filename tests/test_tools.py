@@ -14,7 +14,8 @@ from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import TOOLSET_ORDER, ToolContext, registry, result_failed
-from hermes_core.tools.networked import UNAVAILABLE_REASONS
+from hermes_core.tools.backends import BackendError, Service, ToolBackends
+from hermes_core.tools.networked import BROWSER_NOT_BUILT
 
 NETWORKED = {
     "web": ["web_search", "web_extract"],
@@ -234,17 +235,36 @@ def test_toolsets_and_universe_order() -> None:
     assert not registry.get("write_file").read_only and not registry.get("terminal").read_only
 
 
-def test_networked_tools_are_registered_but_unavailable(ctx: ToolContext) -> None:
-    offered = {tool.name for tool in registry.available(TOOLSET_ORDER)}
+def test_networked_tools_are_offered_only_with_their_backend(ctx: ToolContext) -> None:
+    offered = {tool.name for tool in registry.available(TOOLSET_ORDER, ToolBackends())}
     assert offered == {"terminal", "process", "read_file", "write_file", "patch", "search_files", "execute_code",
                        "memory", "todo"}
     for toolset, names in NETWORKED.items():
         for name in names:
             tool = registry.get(name)
             assert name in registry.universe and tool.description
-            assert tool.unavailable_reason() == UNAVAILABLE_REASONS[toolset]
-    assert error_of(ctx, "web_search", query="hermes") == "no web backend configured"
-    assert error_of(ctx, "browser_back") == "no browser backend configured"
+            assert tool.unavailable_reason(ToolBackends()) is not None
+    configured = ToolBackends(web_search_url="http://127.0.0.1:9", vision=Service("http://127.0.0.1:9", "k", "m"),
+                              image=Service("http://127.0.0.1:9", "k", "m"))
+    offered = {tool.name for tool in registry.available(list(NETWORKED), configured)}
+    assert offered == {"web_search", "web_extract", "vision_analyze", "image_generate"}  # browser: not built yet
+    assert "HERMES_WEB_SEARCH_URL" in error_of(ctx, "web_search", query="hermes")
+    assert error_of(ctx, "browser_back") == BROWSER_NOT_BUILT
+
+
+def test_tool_backend_settings_are_checked() -> None:
+    env = {"HERMES_WEB_SEARCH_URL": "http://127.0.0.1:8888/", "HERMES_VISION_BASE_URL": "http://127.0.0.1:1/v1"}
+    backends = ToolBackends.resolve({"HERMES_VISION_MODEL": "llava"}, env)
+    assert backends.web_search_url == "http://127.0.0.1:8888" and backends.vision.model == "llava"
+    assert backends.image is None and backends.unavailable("image_gen") and not backends.unavailable("web")
+    with pytest.raises(BackendError, match="HERMES_WEB_SERCH_URL"):
+        ToolBackends.resolve({"HERMES_WEB_SERCH_URL": "x"}, {})
+    with pytest.raises(BackendError, match="expected an http"):
+        ToolBackends.resolve(None, {"HERMES_WEB_SEARCH_URL": "127.0.0.1:8888"})
+    with pytest.raises(BackendError, match="private address"):
+        ToolBackends().check_reachable("http://169.254.169.254/latest/meta-data")
+    with pytest.raises(BackendError, match="only http"):
+        ToolBackends(web_allow_private=True).check_reachable("file:///etc/passwd")
 
 
 def test_derived_schemas() -> None:

@@ -30,6 +30,7 @@ TOOL_HINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "read_file": ("read the file", ("read", "show (the )?contents?", "contents? of", "open", "cat")),
     "search_files": ("search the files", ("search", "find", "grep", "in (the )?files", "codebase")),
     "web_search": ("search the web", ("search", "latest", "news", "web", "internet", "online", "look up")),
+    "web_extract": ("read the page", ("read (the )?(page|article)", "extract", "fetch", "article")),
     "memory": ("store this in memory", ("remember", "memori[sz]e", "memory", "recall")),
     "todo": ("record the task in the todo list", ("plan", "task list", "todos?", "to-do", "checklist")),
     "browser_navigate": ("open the web page", ("browse", "website", "web ?page", "page", "url", "https?")),
@@ -140,8 +141,10 @@ def _url(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = None) -> dict[str, Any]:
-    """Plausible arguments for well-known tools; others are derived from the schema alone."""
+def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = None,
+                    earlier: str = "") -> dict[str, Any]:
+    """Plausible arguments for well-known tools (`earlier`: the last tool result, for URLs and paths
+    found there); others are derived from the schema alone."""
     quoted, phrase = _quoted(prompt), _phrase(prompt)
     safe = (quoted or "hello from hermes-sim").replace("'", "")
     if name == "terminal":
@@ -164,12 +167,16 @@ def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = 
         return {"query": phrase}
     if name in ("memory", "todo"):
         return {"action": "add", "content": f"{'Follow up on' if variant else 'User asked'}: {phrase}"}
+    if name == "web_extract":
+        return {"urls": [_url(prompt) or _url(earlier) or "https://example.com"]}
     if name == "browser_navigate":
-        return {"url": _url(prompt) or "https://example.com"}
+        return {"url": _url(prompt) or _url(earlier) or "https://example.com"}
     if name == "image_generate":
-        return {"prompt": quoted or phrase}
+        return {"prompt": quoted or phrase, "size": "256x256"}
     if name == "vision_analyze":
-        return {"image_url": _url(prompt) or "https://example.com/image.png", "question": "Describe this image."}
+        path = re.search(r'"path": "([^"]+\.(?:png|jpe?g|gif|webp))"', earlier)
+        return {"image": path.group(1) if path else _url(prompt) or "https://example.com/image.png",
+                "question": "Describe this image."}
     return {}
 
 
@@ -358,7 +365,8 @@ def respond(body: dict[str, Any], attempt: int = 1) -> Reply:
                 args = json.dumps({"target": "mars"})
             else:
                 variant = index if names.count(name) > 1 else completed
-                fitted = conform(_tool_arguments(name, prompt, variant, flags.get("command")), offered[name], prompt)
+                arguments = _tool_arguments(name, prompt, variant, flags.get("command"), results[-1] if results else "")
+                fitted = conform(arguments, offered[name], prompt)
                 args = json.dumps(fitted, ensure_ascii=False)
                 if "malformed-args" in flags and rounds == 0 and index == 0:
                     args = args[:-1] if args.endswith("}") else args + "{"  # unbalanced JSON on purpose

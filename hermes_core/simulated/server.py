@@ -35,6 +35,7 @@ from hermes_core.simulated.policy import (
     extra_latency,
 )
 from hermes_core.simulated.constrained_replies import respond
+from hermes_core.simulated.media import image_generation, vision_reply
 
 OWNER = "hermes-foundry-simulated"
 FINGERPRINT = "hermes-sim-simulated"
@@ -139,6 +140,15 @@ class RequestLog:
                 "last_at": self.arrivals[-1] if self.arrivals else None}
 
 
+async def _json_object(request: Request) -> dict[str, Any] | Response:
+    """The request body as a JSON object, or the 400 response saying why not."""
+    try:
+        body = json.loads(await request.body() or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return error_response(400, f"Request body is not valid JSON: {exc}")
+    return body if isinstance(body, dict) else error_response(400, "Request body must be a JSON object")
+
+
 def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette:
     """The ASGI app; `latency` seconds are added to every chat completion."""
     attempts: OrderedDict[str, int] = OrderedDict()
@@ -166,12 +176,9 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
         return JSONResponse({**_model_object(), "id": request.path_params["model"]})
 
     async def chat_completions(request: Request) -> Response:
-        try:
-            body = json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error_response(400, f"Request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return error_response(400, "Request body must be a JSON object")
+        body = await _json_object(request)
+        if isinstance(body, Response):
+            return body
         log.note(body)
         key = conversation_key(body)
         attempt = next_attempt(key)
@@ -179,7 +186,7 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
         if delay > 0:
             await asyncio.sleep(delay)
         try:
-            reply = respond(body, attempt)
+            reply = vision_reply(body) or respond(body, attempt)
         except SimulatedHTTPError as exc:
             return error_response(exc.status, exc.message, exc.retry_after)
         completion_id = "chatcmpl-" + hashlib.sha256(key.encode()).hexdigest()[:24]
@@ -203,6 +210,14 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
             "usage": reply.usage,
         })
 
+    async def images_generations(request: Request) -> Response:
+        body = await _json_object(request)
+        if isinstance(body, Response):
+            return body
+        if not isinstance(body.get("prompt"), str) or not body["prompt"].strip():
+            return error_response(400, "'prompt' must be a non-empty string")
+        return JSONResponse(image_generation(body))
+
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return error_response(exc.status_code, str(exc.detail))
@@ -213,6 +228,7 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
             Route(f"{prefix}/models", models, methods=["GET"]),
             Route(f"{prefix}/models/{{model:path}}", model, methods=["GET"]),
             Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
+            Route(f"{prefix}/images/generations", images_generations, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
     routes.append(Route("/sim/requests", stats, methods=["GET"]))

@@ -1,31 +1,39 @@
 """Toolsets "web", "vision", "image_gen" and "browser": tools that need an outside service.
 
 They are registered with their real schemas so the tool universe (and the dataset schema) is the
-same everywhere, but no backend exists for them in this milestone: `unavailable_reason` keeps them
-out of every offered tool list, and calling one anyway returns that reason as an error.
+same everywhere. A toolset is offered only when its backend is configured (`ToolBackends`); the
+browser backend is not built yet, so its tools are never offered and calling one returns that.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Literal, NoReturn
 
+from hermes_core import images, web
+from hermes_core.tools.backends import ToolBackends
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 
-UNAVAILABLE_REASONS = {
-    "web": "no web backend configured",
-    "vision": "no vision backend configured",
-    "image_gen": "no image generation backend configured",
-    "browser": "no browser backend configured",
-}
+BROWSER_NOT_BUILT = "the browser backend is not built yet (Chromium over CDP is planned)"
 
 
 def _networked(toolset: str, read_only: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return tool(toolset, read_only=read_only, unavailable_reason=lambda: UNAVAILABLE_REASONS[toolset])
+    def reason(backends: ToolBackends) -> str | None:
+        return BROWSER_NOT_BUILT if toolset == "browser" else backends.unavailable(toolset)
+
+    return tool(toolset, read_only=read_only, unavailable_reason=reason)
 
 
-def _unavailable(toolset: str) -> NoReturn:
-    """The one body of every tool here until its backend exists."""
-    raise ToolError(UNAVAILABLE_REASONS[toolset])
+def _browser_not_built() -> NoReturn:
+    """The one body of every browser tool until its backend exists."""
+    raise ToolError(BROWSER_NOT_BUILT)
+
+
+def _checked(call: Callable[[], Any]) -> Any:
+    """Backend failures become tool errors: the model reads what went wrong and can try otherwise."""
+    try:
+        return call()
+    except (web.WebError, images.ImageError) as exc:
+        raise ToolError(str(exc)) from None
 
 
 @_networked("web", read_only=True)
@@ -36,7 +44,7 @@ def web_search(ctx: ToolContext, query: str, limit: int = 5) -> dict[str, Any]:
         query: The search query, as you would type it into a search engine.
         limit: Maximum number of results to return (default 5).
     """
-    _unavailable("web")
+    return _checked(lambda: web.search(ctx.backends, query, limit))
 
 
 @_networked("web", read_only=True)
@@ -46,7 +54,17 @@ def web_extract(ctx: ToolContext, urls: list[str]) -> dict[str, Any]:
     Args:
         urls: The http(s) URLs of the pages to read.
     """
-    _unavailable("web")
+    if not urls:
+        raise ToolError("give at least one URL")
+    pages = []
+    for url in urls[:5]:
+        try:
+            pages.append(web.extract(ctx.backends, url))
+        except web.WebError as exc:
+            pages.append({"url": url, "error": str(exc)})
+    if all("error" in page for page in pages):
+        raise ToolError("; ".join(page["error"] for page in pages))
+    return {"pages": pages, **({"skipped_urls": urls[5:]} if len(urls) > 5 else {})}
 
 
 @_networked("vision", read_only=True)
@@ -57,18 +75,24 @@ def vision_analyze(ctx: ToolContext, image: str, question: str) -> dict[str, Any
         image: An image URL, or the path of an image file in the sandbox.
         question: What you want to know about the image.
     """
-    _unavailable("vision")
+    service = ctx.backends.vision
+    assert service is not None  # not offered otherwise
+    return _checked(lambda: images.analyze(service, images.as_image_url(image, ctx.sandbox), question))
 
 
 @_networked("image_gen")
 def image_generate(ctx: ToolContext, prompt: str, size: str = "1024x1024") -> dict[str, Any]:
-    """Generate an image from a text description and return its URL.
+    """Generate an image from a text description, save it in the working directory and return its path.
 
     Args:
         prompt: A detailed description of the image to create.
         size: Image size as WIDTHxHEIGHT in pixels (default "1024x1024").
     """
-    _unavailable("image_gen")
+    service = ctx.backends.image
+    assert service is not None  # not offered otherwise
+    data = _checked(lambda: images.generate(service, prompt, size))
+    path = ctx.sandbox.write_file(images.file_name(prompt, data), data)
+    return {"path": path, "bytes": len(data), "mime_type": images.mime_of(data), "size": size}
 
 
 @_networked("browser")
@@ -78,14 +102,14 @@ def browser_navigate(ctx: ToolContext, url: str) -> dict[str, Any]:
     Args:
         url: The http(s) address to open.
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser", read_only=True)
 def browser_snapshot(ctx: ToolContext) -> dict[str, Any]:
     """Return a text snapshot of the current page: its text and interactive elements, each with a
     ref (like "@e5") to pass to browser_click or browser_type."""
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser")
@@ -95,7 +119,7 @@ def browser_click(ctx: ToolContext, ref: str) -> dict[str, Any]:
     Args:
         ref: The element's ref from the latest snapshot, e.g. "@e5".
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser")
@@ -106,7 +130,7 @@ def browser_type(ctx: ToolContext, ref: str, text: str) -> dict[str, Any]:
         ref: The input element's ref from the latest snapshot, e.g. "@e3".
         text: The text to type.
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser")
@@ -116,13 +140,13 @@ def browser_scroll(ctx: ToolContext, direction: Literal["up", "down"]) -> dict[s
     Args:
         direction: "down" to read further, "up" to go back.
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser")
 def browser_back(ctx: ToolContext) -> dict[str, Any]:
     """Go back to the previous page in the browser history."""
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser")
@@ -132,13 +156,13 @@ def browser_press(ctx: ToolContext, key: str) -> dict[str, Any]:
     Args:
         key: The key name, e.g. "Enter", "Escape", "Tab" or "ArrowDown".
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser", read_only=True)
 def browser_get_images(ctx: ToolContext) -> dict[str, Any]:
     """List the images on the current page with their URLs and alt texts."""
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser", read_only=True)
@@ -149,10 +173,10 @@ def browser_vision(ctx: ToolContext, question: str) -> dict[str, Any]:
     Args:
         question: What you want to know about the page's appearance.
     """
-    _unavailable("browser")
+    _browser_not_built()
 
 
 @_networked("browser", read_only=True)
 def browser_console(ctx: ToolContext) -> dict[str, Any]:
     """Return the JavaScript console messages and errors logged by the current page."""
-    _unavailable("browser")
+    _browser_not_built()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from hermes_core.sandbox.base import Sandbox
+from hermes_core.tools.backends import ToolBackends
 
 
 class ToolError(Exception):
@@ -29,6 +30,8 @@ class ToolContext:
     sandbox: Sandbox
     task_id: str
     state: dict[str, Any] = field(default_factory=dict)  # per-tool session state (memory, todo...)
+    backends: ToolBackends = field(default_factory=ToolBackends)  # where networked tools send their work
+    on_close: list[Callable[[], None]] = field(default_factory=list)  # run when the session ends
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,8 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     read_only: bool = False
-    # Returns why the tool cannot run here (backend not configured), or None when it can.
-    unavailable_reason: Callable[[], str | None] = lambda: None
+    # Returns why the tool cannot run with these backends (not configured), or None when it can.
+    unavailable_reason: Callable[[ToolBackends], str | None] = lambda backends: None
 
     def definition(self) -> dict[str, Any]:
         """`{name, description, parameters}`, as written into the Hermes system prompt."""
@@ -115,7 +118,7 @@ class ToolRegistry:
         *,
         name: str | None = None,
         read_only: bool = False,
-        unavailable_reason: Callable[[], str | None] | None = None,
+        unavailable_reason: Callable[[ToolBackends], str | None] | None = None,
     ) -> Tool:
         description, parameters = derive_parameters(function)
         if not description:
@@ -127,7 +130,7 @@ class ToolRegistry:
             description=description,
             parameters=parameters,
             read_only=read_only,
-            unavailable_reason=unavailable_reason or (lambda: None),
+            unavailable_reason=unavailable_reason or (lambda backends: None),
         )
         if tool.name in self._tools and self._tools[tool.name].function is not function:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
@@ -161,8 +164,10 @@ class ToolRegistry:
     def tools_of(self, toolsets: list[str]) -> list[Tool]:
         return [self._tools[name] for toolset in toolsets for name in self._toolsets.get(toolset, [])]
 
-    def available(self, toolsets: list[str]) -> list[Tool]:
-        return [tool for tool in self.tools_of(toolsets) if tool.unavailable_reason() is None]
+    def available(self, toolsets: list[str], backends: ToolBackends | None = None) -> list[Tool]:
+        """The tools of `toolsets` that can run with `backends` (default: from the environment)."""
+        backends = ToolBackends.resolve() if backends is None else backends
+        return [tool for tool in self.tools_of(toolsets) if tool.unavailable_reason(backends) is None]
 
     def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Run a tool; always returns the text the model reads (errors as `{"error": ...}`)."""
