@@ -4,6 +4,7 @@ SearXNG-compatible search API, and the simulated endpoint's images and vision an
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,14 @@ from hermes_core.tools.backends import Service, ToolBackends
 from web_servers import ARTICLE, searx, site  # noqa: F401  (fixtures)
 
 
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
 def configured(searx_url: str, sim_url: str, **options: Any) -> ToolBackends:
     service = Service(sim_url, "k", "hermes-sim")
-    return ToolBackends(web_search_url=searx_url, web_allow_private=True, vision=service, image=service, **options)
+    return ToolBackends(web_search_url=searx_url, web_allow_private=True, vision=service, image=service,
+                        browser_executable=CHROMIUM, **options)
 
 
 @pytest.fixture
@@ -82,24 +88,68 @@ def test_an_agent_chains_search_then_extract_and_generate_then_look(searx: str, 
                                  "vision_analyze": {"count": 1, "success": 1, "failure": 0}}
 
 
-def test_batch_run_with_the_default_distribution_over_local_servers(isolated_homes, searx: str, sim_url: str,
-                                                                    tmp_path: Path) -> None:
+@needs_chromium
+def test_browser_navigates_clicks_types_and_submits_in_its_own_context(ctx: ToolContext, site: str) -> None:
+    page = call(ctx, "browser_navigate", url=f"{site}/index.html")
+    assert page["title"] == "Foundry notes" and page["untrusted_content"]
+    assert '- link "next page" [@e1]' in page["snapshot"] and ARTICLE in page["snapshot"]
+    assert call(ctx, "browser_click", ref="@e1")["url"] == f"{site}/next.html"
+    assert call(ctx, "browser_back")["url"] == f"{site}/index.html"
+    form = call(ctx, "browser_navigate", url=f"{site}/form.html")
+    assert '- textbox "Name" [@e1]' in form["snapshot"] and '- button "Send" [@e2]' in form["snapshot"]
+    assert "text: Ada" in call(ctx, "browser_type", ref="@e1", text="Ada")["snapshot"]
+    thanks = call(ctx, "browser_press", key="Enter")
+    assert thanks["url"] == f"{site}/thanks.html?name=Ada" and "Thanks, Ada!" in thanks["snapshot"]
+    call(ctx, "browser_back")
+    assert call(ctx, "browser_get_images")["images"] == [{"src": f"{site}/logo.png", "alt": "Foundry logo"}]
+    assert "log: form ready" in call(ctx, "browser_console")["messages"]
+    assert "PNG image" in call(ctx, "browser_vision", question="What does the page look like?")["answer"]
+    assert "no element '@e9'" in json.loads(registry.call("browser_click", {"ref": "@e9"}, ctx))["error"]
+    # Closing the sample disposes of its browser context: another sample starts with no history.
+    for close in ctx.on_close:
+        close()
+    other = ToolContext(sandbox=ctx.sandbox, task_id="other", backends=ctx.backends)
+    assert "no previous page" in json.loads(registry.call("browser_back", {}, other))["error"]
+
+
+@needs_chromium
+def test_an_agent_browses_a_local_page_and_follows_a_link(site: str, searx: str, sim_url: str) -> None:
+    agent = AIAgent(model="hermes-sim", base_url=sim_url, api_key="k", quiet_mode=True, enabled_toolsets=["browser"],
+                    tool_backends=configured(searx, sim_url))
+    result = agent.run_conversation(f"Browse {site}/index.html and click the first link [sim:tools=2]")
+    calls = [c["function"] for m in result["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["name"] for c in calls] == ["browser_navigate", "browser_click"]
+    assert json.loads(calls[1]["arguments"]) == {"ref": "@e1"}
+    assert json.loads(result["messages"][4]["content"])["url"] == f"{site}/next.html"
+
+
+@needs_chromium
+def test_batch_run_with_the_default_distribution_over_local_servers(isolated_homes, site: str, searx: str,
+                                                                    sim_url: str, tmp_path: Path) -> None:
     prompts = ["Search the web for the foundry, then read the article [sim:tools=2]",
                "Draw an image of a lighthouse, then describe the picture [sim:tools=2]",
-               "Run a shell command that lists the folder"]
+               "Run a shell command that lists the folder",
+               f"Browse {site}/index.html and click the first link [sim:tools=2]"]
     dataset = tmp_path / "d.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     flags = [f"--tool_backend=HERMES_WEB_SEARCH_URL={searx}", "--tool_backend=HERMES_WEB_ALLOW_PRIVATE=1",
-             f"--tool_backend=HERMES_VISION_BASE_URL={sim_url}", f"--tool_backend=HERMES_IMAGE_BASE_URL={sim_url}"]
+             f"--tool_backend=HERMES_VISION_BASE_URL={sim_url}", f"--tool_backend=HERMES_IMAGE_BASE_URL={sim_url}",
+             f"--tool_backend=HERMES_BROWSER_EXECUTABLE={CHROMIUM}"]
     assert batch_main([f"--dataset_file={dataset}", "--run_name=net", f"--base_url={sim_url}", "--api_key=k",
                        "--distribution=default", *flags]) == 0
     run = data_root() / "net"
     rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
     used = {name for row in rows for name, stat in row["tool_stats"].items() if stat["count"]}
-    assert {"web_search", "web_extract", "image_generate", "vision_analyze", "terminal"} <= used
+    assert {"web_search", "web_extract", "image_generate", "vision_analyze", "terminal", "browser_navigate",
+            "browser_click"} <= used  # every toolset of `default` but file, which no prompt asks for
     assert all(list(row["tool_stats"]) == registry.universe for row in rows)  # the schema is unchanged
     stats = json.loads((run / "statistics.json").read_text())
-    assert stats["toolsets_lost_samples"] == 3  # browser: drawn by `default`, not offered
-    assert all(r["toolsets_lost"] == ["browser"] for r in Ledger(run / "raw").latest.values())
+    assert stats["toolsets_lost_samples"] == 0 and len(rows) == 4
+    # Without the vision, image and browser backends those toolsets are not offered, and counted as lost.
+    assert batch_main([f"--dataset_file={dataset}", "--run_name=net2", f"--base_url={sim_url}", "--api_key=k",
+                       "--distribution=default", *flags[:2]]) == 0
+    assert json.loads((data_root() / "net2" / "statistics.json").read_text())["toolsets_lost_samples"] == 4
+    lost = {tuple(r["toolsets_lost"]) for r in Ledger(data_root() / "net2" / "raw").latest.values()}
+    assert lost == {("vision", "image_gen", "browser")}
     recipe = json.loads((run / "recipe.json").read_text())
     assert recipe["tool_backends"]["HERMES_WEB_SEARCH_URL"] == searx

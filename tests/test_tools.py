@@ -15,7 +15,6 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import TOOLSET_ORDER, ToolContext, registry, result_failed
 from hermes_core.tools.backends import BackendError, Service, ToolBackends
-from hermes_core.tools.networked import BROWSER_NOT_BUILT
 
 NETWORKED = {
     "web": ["web_search", "web_extract"],
@@ -244,12 +243,12 @@ def test_networked_tools_are_offered_only_with_their_backend(ctx: ToolContext) -
             tool = registry.get(name)
             assert name in registry.universe and tool.description
             assert tool.unavailable_reason(ToolBackends()) is not None
-    configured = ToolBackends(web_search_url="http://127.0.0.1:9", vision=Service("http://127.0.0.1:9", "k", "m"),
-                              image=Service("http://127.0.0.1:9", "k", "m"))
+    configured = ToolBackends(web_search_url="http://127.0.0.1:9", image=Service("http://127.0.0.1:9", "k", "m"),
+                              browser_executable="/usr/bin/chromium")
     offered = {tool.name for tool in registry.available(list(NETWORKED), configured)}
-    assert offered == {"web_search", "web_extract", "vision_analyze", "image_generate"}  # browser: not built yet
+    # browser_vision also needs the vision backend.
+    assert offered == {"web_search", "web_extract", "image_generate"} | set(NETWORKED["browser"]) - {"browser_vision"}
     assert "HERMES_WEB_SEARCH_URL" in error_of(ctx, "web_search", query="hermes")
-    assert error_of(ctx, "browser_back") == BROWSER_NOT_BUILT
 
 
 def test_tool_backend_settings_are_checked() -> None:

@@ -27,7 +27,8 @@ PAGES = {
 its main content.</p></article></body></html>""",
     "/form.html": """<html><head><title>Sign up</title></head><body><h1>Sign up</h1>
 <form action="/thanks.html" method="get"><label for="name">Name</label><input id="name" name="name">
-<button type="submit">Send</button></form></body></html>""",
+<button type="submit">Send</button></form><img src="/logo.png" alt="Foundry logo">
+<script>console.log("form ready")</script></body></html>""",
 }
 
 

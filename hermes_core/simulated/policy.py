@@ -34,6 +34,8 @@ TOOL_HINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "memory": ("store this in memory", ("remember", "memori[sz]e", "memory", "recall")),
     "todo": ("record the task in the todo list", ("plan", "task list", "todos?", "to-do", "checklist")),
     "browser_navigate": ("open the web page", ("browse", "website", "web ?page", "page", "url", "https?")),
+    "browser_click": ("click the link", ("click", "follow")),
+    "browser_type": ("fill in the form", ("type", "fill", "form")),
     "image_generate": ("generate the image", ("image", "draw", "picture", "illustration", "paint")),
     "vision_analyze": ("analyze the image", ("look at", "describe (the |this )?(image|picture|photo)",
                                              "screenshot", "photo")),
@@ -171,6 +173,10 @@ def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = 
         return {"urls": [_url(prompt) or _url(earlier) or "https://example.com"]}
     if name == "browser_navigate":
         return {"url": _url(prompt) or _url(earlier) or "https://example.com"}
+    if name in ("browser_click", "browser_type"):  # the first link (or field) of the snapshot just taken
+        roles = "link|button" if name == "browser_click" else "textbox|searchbox"
+        ref = re.search(rf'- (?:{roles})[^\[]*\[(@e\d+)\]', earlier)
+        return {"ref": ref.group(1) if ref else "@e1", **({"text": quoted or "Ada"} if name == "browser_type" else {})}
     if name == "image_generate":
         return {"prompt": quoted or phrase, "size": "256x256"}
     if name == "vision_analyze":

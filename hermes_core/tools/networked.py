@@ -1,39 +1,49 @@
 """Toolsets "web", "vision", "image_gen" and "browser": tools that need an outside service.
 
 They are registered with their real schemas so the tool universe (and the dataset schema) is the
-same everywhere. A toolset is offered only when its backend is configured (`ToolBackends`); the
-browser backend is not built yet, so its tools are never offered and calling one returns that.
+same everywhere. A toolset is offered only when its backend is configured (`ToolBackends`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, NoReturn
+from typing import Any, Callable, Literal
 
 from hermes_core import images, web
-from hermes_core.tools.backends import ToolBackends
+from hermes_core.browser import BrowserError, Page, shared_browser
+from hermes_core.tools.backends import BackendError, ToolBackends
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 
-BROWSER_NOT_BUILT = "the browser backend is not built yet (Chromium over CDP is planned)"
 
 
-def _networked(toolset: str, read_only: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _networked(toolset: str, read_only: bool = False, also: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A tool of `toolset`, offered when its backend (and the `also` toolset's) is configured."""
     def reason(backends: ToolBackends) -> str | None:
-        return BROWSER_NOT_BUILT if toolset == "browser" else backends.unavailable(toolset)
+        return backends.unavailable(toolset) or (backends.unavailable(also) if also else None)
 
     return tool(toolset, read_only=read_only, unavailable_reason=reason)
-
-
-def _browser_not_built() -> NoReturn:
-    """The one body of every browser tool until its backend exists."""
-    raise ToolError(BROWSER_NOT_BUILT)
 
 
 def _checked(call: Callable[[], Any]) -> Any:
     """Backend failures become tool errors: the model reads what went wrong and can try otherwise."""
     try:
         return call()
-    except (web.WebError, images.ImageError) as exc:
+    except (web.WebError, images.ImageError, BrowserError, BackendError) as exc:
         raise ToolError(str(exc)) from None
+
+
+def _page(ctx: ToolContext) -> Page:
+    """The sample's browser tab: its own browser context, opened on first use, closed with the sample."""
+    page = ctx.state.get("browser_page")
+    if page is None:
+        assert ctx.backends.browser_executable is not None  # not offered otherwise
+        browser = _checked(lambda: shared_browser(ctx.backends.browser_executable))
+        page = ctx.state["browser_page"] = _checked(lambda: Page.open(browser, ctx.backends.web_max_chars))
+        ctx.on_close.append(page.close)
+    return page
+
+
+def _on_page(ctx: ToolContext, action: Callable[[Page], Any]) -> Any:
+    return _checked(lambda: action(_page(ctx)))
 
 
 @_networked("web", read_only=True)
@@ -102,14 +112,15 @@ def browser_navigate(ctx: ToolContext, url: str) -> dict[str, Any]:
     Args:
         url: The http(s) address to open.
     """
-    _browser_not_built()
+    _checked(lambda: ctx.backends.check_reachable(url))
+    return _on_page(ctx, lambda page: page.navigate(url))
 
 
 @_networked("browser", read_only=True)
 def browser_snapshot(ctx: ToolContext) -> dict[str, Any]:
     """Return a text snapshot of the current page: its text and interactive elements, each with a
     ref (like "@e5") to pass to browser_click or browser_type."""
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.snapshot())
 
 
 @_networked("browser")
@@ -119,7 +130,7 @@ def browser_click(ctx: ToolContext, ref: str) -> dict[str, Any]:
     Args:
         ref: The element's ref from the latest snapshot, e.g. "@e5".
     """
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.click(ref))
 
 
 @_networked("browser")
@@ -130,7 +141,7 @@ def browser_type(ctx: ToolContext, ref: str, text: str) -> dict[str, Any]:
         ref: The input element's ref from the latest snapshot, e.g. "@e3".
         text: The text to type.
     """
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.type(ref, text))
 
 
 @_networked("browser")
@@ -140,13 +151,13 @@ def browser_scroll(ctx: ToolContext, direction: Literal["up", "down"]) -> dict[s
     Args:
         direction: "down" to read further, "up" to go back.
     """
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.scroll(direction))
 
 
 @_networked("browser")
 def browser_back(ctx: ToolContext) -> dict[str, Any]:
     """Go back to the previous page in the browser history."""
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.back())
 
 
 @_networked("browser")
@@ -156,16 +167,16 @@ def browser_press(ctx: ToolContext, key: str) -> dict[str, Any]:
     Args:
         key: The key name, e.g. "Enter", "Escape", "Tab" or "ArrowDown".
     """
-    _browser_not_built()
+    return _on_page(ctx, lambda page: page.press(key))
 
 
 @_networked("browser", read_only=True)
 def browser_get_images(ctx: ToolContext) -> dict[str, Any]:
     """List the images on the current page with their URLs and alt texts."""
-    _browser_not_built()
+    return {"images": _on_page(ctx, lambda page: page.images()), "untrusted_content": True}
 
 
-@_networked("browser", read_only=True)
+@_networked("browser", read_only=True, also="vision")
 def browser_vision(ctx: ToolContext, question: str) -> dict[str, Any]:
     """Take a screenshot of the current page and answer a question about what it shows (layout,
     charts, CAPTCHAs and other visual content the text snapshot misses).
@@ -173,10 +184,13 @@ def browser_vision(ctx: ToolContext, question: str) -> dict[str, Any]:
     Args:
         question: What you want to know about the page's appearance.
     """
-    _browser_not_built()
+    service = ctx.backends.vision
+    assert service is not None  # not offered otherwise
+    screenshot = _on_page(ctx, lambda page: page.screenshot())
+    return _checked(lambda: images.analyze(service, screenshot, question))
 
 
 @_networked("browser", read_only=True)
 def browser_console(ctx: ToolContext) -> dict[str, Any]:
     """Return the JavaScript console messages and errors logged by the current page."""
-    _browser_not_built()
+    return {"messages": _on_page(ctx, lambda page: list(page.console[-100:])), "untrusted_content": True}
