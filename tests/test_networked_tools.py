@@ -121,6 +121,11 @@ def test_an_agent_browses_a_local_page_and_follows_a_link(site: str, searx: str,
     assert [c["name"] for c in calls] == ["browser_navigate", "browser_click"]
     assert json.loads(calls[1]["arguments"]) == {"ref": "@e1"}
     assert json.loads(result["messages"][4]["content"])["url"] == f"{site}/next.html"
+    form = agent.run_conversation(f"Browse the web page {site}/form.html, then type 'Grace' into it [sim:tools=2]")
+    calls = [c["function"] for m in form["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["name"] for c in calls] == ["browser_navigate", "browser_type"]
+    assert json.loads(calls[1]["arguments"]) == {"ref": "@e1", "text": "Grace"}
+    assert "text: Grace" in json.loads(form["messages"][4]["content"])["snapshot"]
 
 
 @needs_chromium
@@ -129,7 +134,8 @@ def test_batch_run_with_the_default_distribution_over_local_servers(isolated_hom
     prompts = ["Search the web for the foundry, then read the article [sim:tools=2]",
                "Draw an image of a lighthouse, then describe the picture [sim:tools=2]",
                "Run a shell command that lists the folder",
-               f"Browse {site}/index.html and click the first link [sim:tools=2]"]
+               f"Browse {site}/index.html and click the first link [sim:tools=2]",
+               "Write a file named notes.txt containing 'hello'"]
     dataset = tmp_path / "d.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     flags = [f"--tool_backend=HERMES_WEB_SEARCH_URL={searx}", "--tool_backend=HERMES_WEB_ALLOW_PRIVATE=1",
@@ -141,14 +147,14 @@ def test_batch_run_with_the_default_distribution_over_local_servers(isolated_hom
     rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
     used = {name for row in rows for name, stat in row["tool_stats"].items() if stat["count"]}
     assert {"web_search", "web_extract", "image_generate", "vision_analyze", "terminal", "browser_navigate",
-            "browser_click"} <= used  # every toolset of `default` but file, which no prompt asks for
+            "browser_click", "write_file"} <= used  # every toolset of `default`
     assert all(list(row["tool_stats"]) == registry.universe for row in rows)  # the schema is unchanged
     stats = json.loads((run / "statistics.json").read_text())
-    assert stats["toolsets_lost_samples"] == 0 and len(rows) == 4
+    assert stats["toolsets_lost_samples"] == 0 and len(rows) == 5
     # Without the vision, image and browser backends those toolsets are not offered, and counted as lost.
     assert batch_main([f"--dataset_file={dataset}", "--run_name=net2", f"--base_url={sim_url}", "--api_key=k",
                        "--distribution=default", *flags[:2]]) == 0
-    assert json.loads((data_root() / "net2" / "statistics.json").read_text())["toolsets_lost_samples"] == 4
+    assert json.loads((data_root() / "net2" / "statistics.json").read_text())["toolsets_lost_samples"] == 5
     lost = {tuple(r["toolsets_lost"]) for r in Ledger(data_root() / "net2" / "raw").latest.values()}
     assert lost == {("vision", "image_gen", "browser")}
     recipe = json.loads((run / "recipe.json").read_text())

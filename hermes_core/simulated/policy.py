@@ -140,7 +140,7 @@ def _filename(text: str) -> str:
 
 def _url(text: str) -> str | None:
     match = re.search(r"https?://[^\s\"'<>)\]]+", text)
-    return match.group(0) if match else None
+    return match.group(0).rstrip(".,;:!?") if match else None  # "see http://x/a.html, then" ends at .html
 
 
 def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = None,
