@@ -24,6 +24,7 @@ from hermes_core.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModel
 from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
 from hermes_core.stats import format_summary
+from hermes_core.stopping import interrupt
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.checks import build_run_checks, format_check_results
@@ -72,7 +73,16 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_tokens", type=int, help="max_tokens per model call")
     p.add_argument("--temperature", type=float, help="sampling temperature")
     p.add_argument("--max_samples", type=int, help="keep only the first N valid rows")
+    p.add_argument("--max_cost_usd", type=float, help="stop scheduling samples once the run has cost this much "
+                   "(every attempt ever counts; needs a price for the model, see --price_table)")
+    p.add_argument("--max_tokens_total", type=int, help="stop scheduling samples once the run has used this many tokens")
+    p.add_argument("--max_sample_cost_usd", type=float, help="a sample stops calling the model at this cost")
+    p.add_argument("--max_sample_tokens", type=int, help="a sample stops calling the model at this many tokens")
+    p.add_argument("--price_table", help="YAML: model (or glob): {prompt_per_mtok: USD, completion_per_mtok: USD}")
     p.add_argument("--max_attempts", type=int, default=3, help="tries before a failing sample is terminal")
+    p.add_argument("--max_concurrent_requests", type=int,
+                   help="requests in flight to the endpoint across every run on this machine (default "
+                   "$HERMES_MAX_CONCURRENT_REQUESTS or no cap); a 429 also slows this run down, then it recovers")
     p.add_argument("--max_retries", type=int, default=5,
                    help="retries of one model call on 429/5xx/timeouts, with exponential backoff (default 5)")
     p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
@@ -146,7 +156,10 @@ def run_batch(args: argparse.Namespace) -> int:
         num_workers=args.num_workers, max_samples=args.max_samples, skip_invalid=args.skip_invalid,
         max_attempts=args.max_attempts, stream=args.stream, sandbox_backend=args.sandbox_backend,
         tool_call_mode=args.tool_call_mode, discard_incomplete=args.discard_incomplete,
-        tool_backends=_pairs(args.tool_backends), compression=_compression_flags(args),
+        tool_backends=_pairs(args.tool_backends), max_cost_usd=args.max_cost_usd,
+        max_tokens_total=args.max_tokens_total, max_sample_cost_usd=args.max_sample_cost_usd,
+        max_sample_tokens=args.max_sample_tokens,
+        price_table=str(Path(args.price_table).resolve()) if args.price_table else None, compression=_compression_flags(args),
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
@@ -165,7 +178,8 @@ def run_batch(args: argparse.Namespace) -> int:
     checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
     logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "ERROR"}}}}
     resources = {"model_endpoint": ModelEndpointResource(
-        base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries)}
+        base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries,
+        max_concurrent_requests=args.max_concurrent_requests)}
 
     instance = get_instance()  # once: each load costs ~0.4 s
     planned = _materialize(instance, assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=logs)
@@ -199,6 +213,11 @@ def run_batch(args: argparse.Namespace) -> int:
     outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
                "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}
     print(format_summary(stats, outputs, simulated=pipeline.served_by_simulator(paths)))
+    stopped = pipeline.last_stop(paths) if pending else None
+    if stopped:
+        print(f"\nstopped early: {stopped}. Samples in flight finished and are saved; run the same command to "
+              "resume (raise the budget first if it was one).", file=sys.stderr)
+        return 130 if interrupt.reason else 3
     return 0 if raw_ok else 1
 
 

@@ -12,6 +12,7 @@ from hermes_core import __version__, hf_loading, pipeline
 from hermes_core.pipeline import RunPaths
 from hermes_core.progress import Progress
 from hermes_core.recipe import Recipe, run_dir
+from hermes_core.stopping import graceful_signals
 from hermes_assets.metadata import bar_chart
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
@@ -96,7 +97,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
 
         def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
             try:
-                result["outcomes"] = pipeline.run_partitions(
+                result["outcomes"], result["stopped"] = pipeline.run_partitions(
                     recipe, paths, endpoint, list(context.partition_keys), context.run.run_id,
                     on_start=progress.start if progress else None,
                     on_record=progress.update if progress else None,
@@ -108,19 +109,22 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 finished.put(None)
 
         worker = threading.Thread(target=work, name=f"{run}-batches", daemon=True)
-        worker.start()
-        while (outcome := finished.get()) is not None:
-            if outcome.failed_retryable:
-                continue  # stays failed/missing in the UI: materializing it again is the resume
-            yield dg.AssetMaterialization(
-                asset_key=context.asset_key, partition=outcome.partition_key, metadata=batch_metadata(outcome, recipe),
-            )
-        worker.join()
+        with graceful_signals():  # Ctrl-C (or the UI's terminate): in-flight samples finish first
+            worker.start()
+            while (outcome := finished.get()) is not None:
+                if outcome.failed_retryable:
+                    continue  # stays failed/missing in the UI: materializing it again is the resume
+                yield dg.AssetMaterialization(
+                    asset_key=context.asset_key, partition=outcome.partition_key, metadata=batch_metadata(outcome, recipe),
+                )
+            worker.join()
         if progress:
             progress.finish()
         if "error" in result:
             raise result["error"]  # type: ignore[misc]
         outcomes: dict[str, pipeline.BatchOutcome] = result["outcomes"]  # type: ignore[assignment]
+        if result["stopped"]:  # the unfinished batches stay unmaterialized: materializing them resumes
+            context.log.warning(f"stopped early: {result['stopped']}")
         failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
         if failed:
             raise dg.Failure(

@@ -76,6 +76,7 @@ class AIAgent:
         stream: bool = False,
         max_retries: int = 5,
         backoff_base_s: float = 1.0,
+        max_concurrent_requests: int | None = None,
         sandbox_backend: SandboxBackend | str | None = None,
         image: str | None = None,
         cwd: str | None = None,
@@ -84,9 +85,11 @@ class AIAgent:
         tool_progress: Callable[[dict[str, str]], None] | None = None,
         tool_call_mode: str = constrained.NATIVE,
         tool_backends: ToolBackends | None = None,
+        sample_budget: Callable[[dict[str, int]], str | None] | None = None,
     ):
+        cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
-            base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s
+            base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s, **cap
         )
         self.model = self.endpoint.model
         self.quiet_mode = quiet_mode
@@ -109,6 +112,7 @@ class AIAgent:
         if tool_call_mode not in constrained.TOOL_CALL_MODES:
             raise ValueError(f"tool_call_mode {tool_call_mode!r}: expected one of {', '.join(constrained.TOOL_CALL_MODES)}")
         self.tool_call_mode = tool_call_mode  # constrained: for models without tool calling (hermes_core.constrained)
+        self.sample_budget = sample_budget  # usage so far -> why the sample must stop calling the model
 
     # -- public API -------------------------------------------------------------------------
     def chat(self, message: str) -> str:
@@ -143,7 +147,7 @@ class AIAgent:
         messages = [dict(m) for m in conversation_history or []] + [{"role": "user", "content": user_message}]
         system = "\n\n".join(p for p in (self.ephemeral_system_prompt, system_message) if p)
         client = ModelClient(self.endpoint, self._http, on_retry=None if self.quiet_mode else self._say)
-        outcome = {"completed": False, "partial": False, "failed": False, "error": None}
+        outcome = {"completed": False, "partial": False, "failed": False, "error": None, "stopped": None}
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "reasoning_tokens": 0}
         api_calls, final, turns_without_valid_call = 0, None, 0
         served_models: list[str] = []
@@ -179,6 +183,9 @@ class AIAgent:
 
         try:
             while True:
+                if api_calls and self.sample_budget and (reason := self.sample_budget(usage)):
+                    outcome.update(partial=True, stopped=reason)  # no final answer: the data says so
+                    break
                 if api_calls >= self.max_iterations:
                     messages.append({"role": "user", "content": SUMMARY_REQUEST})
                     final = (await call_model(with_tools=False))["content"]

@@ -20,6 +20,7 @@ class Endpoint:
     max_retries: int = 5
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
+    max_concurrent_requests: int = 0  # across every process of this machine; 0: no cap (hermes_core.limiter)
 
     @classmethod
     def resolve(
@@ -32,6 +33,12 @@ class Endpoint:
                 "no model endpoint: pass --base_url or set HERMES_BASE_URL "
                 "(e.g. http://127.0.0.1:8000/v1 or the URL `hermes-foundry sim-model` prints)"
             )
+        if "max_concurrent_requests" not in options and env.get("HERMES_MAX_CONCURRENT_REQUESTS"):
+            try:
+                options["max_concurrent_requests"] = int(env["HERMES_MAX_CONCURRENT_REQUESTS"])
+            except ValueError:
+                raise ValueError(f"HERMES_MAX_CONCURRENT_REQUESTS={env['HERMES_MAX_CONCURRENT_REQUESTS']!r}: "
+                                 "expected a whole number (0: no cap)") from None
         return cls(
             base_url=resolved_url.rstrip("/"),
             api_key=api_key or env.get("HERMES_API_KEY") or env.get("OPENAI_API_KEY") or "not-needed",

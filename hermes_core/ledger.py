@@ -119,7 +119,7 @@ class Ledger:
         self.records_per_partition: dict[str, int] = {}  # attempts recorded in each raw/<partition>.jsonl
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
         self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
-                      "sandboxes_created": 0, "sandboxes_failed": 0}
+                      "sandboxes_created": 0, "sandboxes_failed": 0, "cost_usd": 0.0}
         self._read: dict[Path, tuple[int, int]] = {}  # file -> (inode, bytes of whole lines parsed)
 
     def refresh(self) -> "Ledger":
@@ -162,6 +162,7 @@ class Ledger:
             self.spent[key] += (record.get("usage") or {}).get(key, 0)
         self.spent["sandboxes_created"] += bool(record.get("sandbox_created"))
         self.spent["sandboxes_failed"] += bool(record.get("sandbox_failed"))
+        self.spent["cost_usd"] += record.get("cost_usd") or 0.0
         if record["disposition"] in (Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
             self.failures[record["sample_key"]] = self.failures.get(record["sample_key"], 0) + 1
 

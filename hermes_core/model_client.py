@@ -18,6 +18,7 @@ import aiohttp
 
 from hermes_core.config import Endpoint
 from hermes_core.fileio import json_bytes, json_loads
+from hermes_core.limiter import RequestLimiter
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -133,15 +134,20 @@ class ModelClient:
         body = {"model": self.endpoint.model, **body, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
+        limiter = RequestLimiter.shared(self.endpoint.base_url, self.endpoint.max_concurrent_requests)
         attempt = 0
         while True:
             attempt += 1
             try:
-                completion = await (self._stream(body) if stream else self._once(body))
+                async with limiter.slot():
+                    completion = await (self._stream(body) if stream else self._once(body))
+                limiter.succeeded()
                 completion.attempts = attempt
                 return completion
             except ModelError as exc:
                 error, wait = exc, getattr(exc, "retry_after", None)
+                if exc.status == 429:
+                    limiter.rate_limited()  # slow down; successes grow the window back
             except TRANSPORT_ERRORS as exc:
                 error, wait = ModelError(f"{type(exc).__name__}: {exc}", retryable=True), None
             if not error.retryable or attempt > self.endpoint.max_retries:

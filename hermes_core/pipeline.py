@@ -26,6 +26,7 @@ from hermes_core.runner import run_jobs
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.simulated import MODEL_ID
 from hermes_core.stats import compute_statistics
+from hermes_core.stopping import StopRequest, interrupt
 
 
 _tables = FileTableCache()  # prompts.jsonl and assignments.jsonl of recent runs, while unchanged
@@ -151,10 +152,11 @@ def run_partitions(
     on_start: Callable[[int], None] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_batch_done: Callable[[BatchOutcome], None] | None = None,
-) -> dict[str, BatchOutcome]:
+) -> tuple[dict[str, BatchOutcome], str | None]:
     """Run every sample of the given batches that has no final record yet, in one worker pool.
     `on_batch_done` is called as each batch's last sample finishes (at once for batches with
-    nothing to run), so its partition can be recorded while the others still run."""
+    nothing to run), so its partition can be recorded while the others still run. Returns the
+    outcomes and why the run stopped early (a signal or a budget: later samples did not start), if it did."""
     started = time.time()
     plan, ledger = BatchPlan(paths.batches), Ledger.load(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
@@ -173,13 +175,21 @@ def run_partitions(
             jobs.append(SampleJob(samples[member], draw["toolsets"], draw["toolset_seed"], key, batch.number,
                                   ledger.attempts(member) + 1))
     ctx = RunContext(recipe.run_name, recipe.model, recipe.distribution, dagster_run_id, recipe.filters,
-                     recipe.max_attempts, recipe.fingerprint(), json.loads(paths.dataset.read_text())["sha256"])
+                     recipe.max_attempts, recipe.fingerprint(), json.loads(paths.dataset.read_text())["sha256"],
+                     recipe.price())
     remaining = {key: 0 for key in partition_keys}
     for job in jobs:
         remaining[job.partition_key] += 1
 
+    budget_stop = StopRequest()
+
+    def check_budget() -> None:
+        if reason := recipe.budget.exceeded(ledger.spent):
+            budget_stop.request(reason)
+
     def record(result: dict[str, Any]) -> None:
         ledger.append(result["partition_key"], result)
+        check_budget()  # spent counts every attempt in the ledger: a resume counts nothing twice
         outcome = outcomes[result["partition_key"]]
         outcome.run += 1
         outcome.wall_seconds = time.time() - started
@@ -211,12 +221,15 @@ def run_partitions(
     for key in partition_keys:
         if on_batch_done and not remaining[key]:
             on_batch_done(outcomes[key])
+    check_budget()
     with backend:  # frees the sandbox slots it keeps between samples
-        run_jobs(jobs, recipe, endpoint, ctx, backend, record)
+        run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or budget_stop.reason)
+    stopped = (interrupt.reason or budget_stop.reason) if sum(o.run for o in outcomes.values()) < len(jobs) else None
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
+                                              "samples_run": sum(o.run for o in outcomes.values()), "stopped": stopped,
                                               "reaped_leftovers": reaped, "sandbox_backend": backend.name,
                                               "dagster_run_id": dagster_run_id})
-    return outcomes
+    return outcomes, stopped
 
 
 def current_records(paths: RunPaths, ledger: Ledger | None = None) -> Iterator[tuple[Sample, dict[str, Any]]]:
@@ -261,6 +274,14 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
     )
     atomic_write_json(paths.statistics, stats)
     return stats
+
+
+def last_stop(paths: RunPaths) -> str | None:
+    """Why the latest invocation stopped early (a signal, a budget), or None if it did not."""
+    if not paths.invocations.is_file():
+        return None
+    lines = paths.invocations.read_bytes().splitlines()
+    return json.loads(lines[-1]).get("stopped") if lines else None
 
 
 def read_statistics(paths: RunPaths) -> dict[str, Any]:

@@ -13,12 +13,13 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.distributions import Distribution, load_distributions
 from hermes_core.fileio import atomic_write_json
 from hermes_core.filters import FilterSettings
+from hermes_core.stopping import Budget, Price, PriceError, load_prices, price_of
 from hermes_core.tools.backends import BackendError, ToolBackends
 
 RUN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
@@ -60,6 +61,14 @@ class Recipe:
     # Networked tool backends for this run (HERMES_WEB_SEARCH_URL, ...: hermes_core.tools.backends),
     # over the environment. Not in the fingerprint: like the environment, they decide what is offered.
     tool_backends: dict[str, str] | None = None
+    # Budgets (SPEC §5): the run stops scheduling at max_cost_usd / max_tokens_total (every attempt
+    # ever recorded counts); a sample stops calling the model at max_sample_*. Costs need a price
+    # for the model in price_table (YAML; hermes_core.stopping).
+    max_cost_usd: float | None = None
+    max_tokens_total: int | None = None
+    max_sample_cost_usd: float | None = None
+    max_sample_tokens: int | None = None
+    price_table: str | None = None
     # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
     # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
     compression: bool | dict[str, Any] | None = None
@@ -79,6 +88,16 @@ class Recipe:
             ToolBackends.resolve(self.tool_backends, {})
         except BackendError as exc:
             raise RecipeError(f"tool_backends: {exc}") from None
+        try:
+            price = self.price()
+        except PriceError as exc:
+            raise RecipeError(str(exc)) from None
+        if price is None and (self.max_cost_usd is not None or self.max_sample_cost_usd is not None):
+            raise RecipeError(f"a cost budget needs a price for model {self.model!r}: add it to a price table "
+                              "(--price_table FILE; README: Budgets)")
+        for name in ("max_cost_usd", "max_tokens_total", "max_sample_cost_usd", "max_sample_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise RecipeError(f"{name} must be positive (got {getattr(self, name)})")
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
@@ -100,6 +119,27 @@ class Recipe:
             )
         return distributions[self.distribution]
 
+    def price(self) -> Price | None:
+        """The model's price from the price table (None: unknown, costs are not counted)."""
+        return price_of(self.model, load_prices(self.price_table))
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.max_cost_usd, self.max_tokens_total)
+
+    def sample_budget(self) -> Callable[[Mapping[str, int]], str | None]:
+        """Why a sample with this usage so far must stop calling the model, or None."""
+        price = self.price()
+
+        def exceeded(usage: Mapping[str, int]) -> str | None:
+            if self.max_sample_tokens is not None and usage.get("total_tokens", 0) >= self.max_sample_tokens:
+                return f"sample budget reached: {usage['total_tokens']} tokens of max_sample_tokens {self.max_sample_tokens}"
+            if self.max_sample_cost_usd is not None and price and price.cost(usage) >= self.max_sample_cost_usd:
+                return f"sample budget reached: ${price.cost(usage):.4f} of max_sample_cost_usd ${self.max_sample_cost_usd}"
+            return None
+
+        return exceeded
+
     @property
     def filters(self) -> FilterSettings:
         return FilterSettings(require_reasoning=not self.reasoning_disabled, discard_incomplete=self.discard_incomplete)
@@ -108,7 +148,8 @@ class Recipe:
         settings: dict[str, Any] = {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
         settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
         # Settings added later count only when set: fingerprints of earlier runs stay as they were.
-        for name, default in (("tool_call_mode", NATIVE), ("discard_incomplete", False)):
+        for name, default in (("tool_call_mode", NATIVE), ("discard_incomplete", False), ("max_sample_cost_usd", None),
+                              ("max_sample_tokens", None)):
             if getattr(self, name) != default:
                 settings[name] = getattr(self, name)
         canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_core.stopping import Price
 from hermes_core import __version__
 from hermes_core.dataset import Sample
 from hermes_core.filters import Disposition, FilterSettings, classify
@@ -35,6 +36,7 @@ class RunContext:
     max_attempts: int
     recipe_fingerprint: str
     dataset_sha256: str
+    price: Price | None = None  # the model's, to record each attempt's cost (budgets sum them)
 
 
 def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -54,6 +56,8 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
         "sandbox_created": result["sandbox_created"],
         "sandbox_failed": result["sandbox_failed"],
         "served_model": result["served_model"],
+        "cost_usd": round(ctx.price.cost(result["usage"]), 8) if ctx.price else None,
+        "stopped": result["stopped"],  # e.g. a sample budget ended it
     }
     if result["failed"]:
         terminal = job.attempt >= ctx.max_attempts

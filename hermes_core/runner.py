@@ -32,12 +32,15 @@ def run_jobs(
     ctx: RunContext,
     backend: SandboxBackend,
     on_record: Callable[[dict[str, Any]], None],
+    stop: Callable[[], str | None] = lambda: None,
 ) -> None:
-    """Blocking: run every job with at most `recipe.num_workers` sessions at once."""
+    """Blocking: run every job with at most `recipe.num_workers` sessions at once. Once `stop()`
+    gives a reason, no new job starts; the ones in flight finish and are recorded."""
     if not jobs:
         return
     workers = min(recipe.num_workers, len(jobs))
     backends = ToolBackends.resolve(recipe.tool_backends)  # once: the environment as the run starts
+    sample_budget = recipe.sample_budget()
 
     async def session(job: SampleJob, http: aiohttp.ClientSession) -> dict[str, Any]:
         agent = AIAgent(
@@ -47,8 +50,9 @@ def run_jobs(
             reasoning_effort=None if recipe.reasoning_disabled else recipe.reasoning_effort,
             max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
+            max_concurrent_requests=endpoint.max_concurrent_requests,
             sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
-            tool_call_mode=recipe.tool_call_mode, tool_backends=backends,
+            tool_call_mode=recipe.tool_call_mode, tool_backends=backends, sample_budget=sample_budget,
         )
         result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
         return build_record(job, result, ctx)
@@ -69,7 +73,7 @@ def run_jobs(
                 # for the CPU. 15 ms apart (64 sessions: ~1 s, once per run) the work spreads over
                 # the cycle: 64 x 2,000 went from 40 to 36 s of sampling (bench/throughput.py).
                 await asyncio.sleep(min(position * START_GAP_S, MAX_START_SPREAD_S))
-                while not queue.empty():
+                while not queue.empty() and not stop():
                     on_record(await session(queue.get_nowait(), http))
 
             await asyncio.gather(*(worker(position) for position in range(workers)))

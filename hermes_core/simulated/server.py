@@ -122,6 +122,7 @@ class RequestLog:
         self.requests = 0
         self.sample_starts: Counter[str] = Counter()
         self.arrivals: list[float] = []  # epoch seconds of each request, in arrival order
+        self.in_flight = self.max_in_flight = 0  # chat completions being answered now / at most at once
 
     def note(self, body: dict[str, Any]) -> None:
         self.requests += 1
@@ -137,7 +138,7 @@ class RequestLog:
         later = bisect.bisect_left(self.arrivals, since)
         return {"requests": self.requests, "sample_starts": dict(self.sample_starts),
                 "first_at": self.arrivals[later] if later < len(self.arrivals) else None,
-                "last_at": self.arrivals[-1] if self.arrivals else None}
+                "last_at": self.arrivals[-1] if self.arrivals else None, "max_in_flight": self.max_in_flight}
 
 
 async def _json_object(request: Request) -> dict[str, Any] | Response:
@@ -183,8 +184,13 @@ def create_app(latency: float = 0.0, log: RequestLog | None = None) -> Starlette
         key = conversation_key(body)
         attempt = next_attempt(key)
         delay = latency + extra_latency(body)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        log.in_flight += 1
+        log.max_in_flight = max(log.max_in_flight, log.in_flight)
+        try:
+            if delay > 0:
+                await asyncio.sleep(delay)
+        finally:
+            log.in_flight -= 1
         try:
             reply = vision_reply(body) or respond(body, attempt)
         except SimulatedHTTPError as exc:
