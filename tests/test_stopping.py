@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
@@ -95,7 +94,6 @@ def test_a_sample_budget_ends_that_sample_only(isolated_homes, sim_url, tmp_path
     dataset = tmp_path / "d.jsonl"
     dataset.write_text(json.dumps({"prompt": "Run ls [sim:tools=4]"}) + "\n" + json.dumps({"prompt": "Say hi [sim:no-tools]"}) + "\n")
     assert batch_main(argv(dataset, sim_url, "--max_sample_tokens=2000")) == 0
-    records = {r["api_calls"]: r for r in ledger().latest.values()}
-    long = next(r for r in ledger().latest.values() if r["stopped"])
-    assert long["stopped"].startswith("sample budget reached") and long["api_calls"] < 5
-    assert sum(1 for r in ledger().latest.values() if r["stopped"] is None) == 1 and records
+    stopped = [r for r in ledger().latest.values() if r["stopped"]]
+    assert len(stopped) == 1 and len(ledger().latest) == 2  # only the long sample hit its budget
+    assert stopped[0]["stopped"].startswith("sample budget reached") and stopped[0]["api_calls"] < 5
