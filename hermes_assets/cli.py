@@ -260,9 +260,8 @@ def serve_local_model(args: argparse.Namespace) -> int:
     except LocalModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    port = server.base_url.rsplit(":", 1)[1].split("/")[0]
     if args.port_file:
-        atomic_write_text(args.port_file, port)
+        atomic_write_text(args.port_file, str(server.port))
     print(f"llama.cpp serves {server.gguf.name} ({server.model_id()}) at {server.base_url}\n"
           f"  hermes-batch --base_url={server.base_url} --api_key=local --tool_call_mode=constrained "
           "--reasoning_disabled ...\nCtrl-C stops it.", flush=True)

@@ -97,6 +97,7 @@ class AIAgent:
         self.tool_backends = ToolBackends.resolve() if tool_backends is None else tool_backends
         self.toolsets = resolve_toolsets(enabled_toolsets, disabled_toolsets, self.registry, self.tool_backends)
         self.tools: list[Tool] = self.registry.available(self.toolsets, self.tool_backends)
+        self._tool_schemas = [tool.openai_schema() for tool in self.tools]  # sent with every model call
         self.max_iterations = max_iterations
         self.ephemeral_system_prompt = ephemeral_system_prompt
         self.reasoning_effort = reasoning_effort
@@ -154,7 +155,7 @@ class AIAgent:
 
         async def call_model(with_tools: bool) -> dict[str, Any]:
             nonlocal api_calls
-            tools = [tool.openai_schema() for tool in self.tools] if with_tools else []
+            tools = self._tool_schemas if with_tools else []
             if self.tool_call_mode == constrained.CONSTRAINED:
                 body = constrained.request_body(self._wire(system, messages), tools)
             else:

@@ -83,6 +83,7 @@ class LocalModelServer:
             self.stop()
             raise LocalModelError(f"llama.cpp listens on {address}, expected 127.0.0.1")
         self.base_url = f"{address}/v1"
+        self.port = int(address.rsplit(":", 1)[1])  # the bound one when 0 was asked for
         self._wait_healthy(address)
         return self
 

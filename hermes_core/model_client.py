@@ -118,6 +118,7 @@ class ModelClient:
         self._own_http = http is None
         self._http = http  # made on first use when not given: it belongs to the running loop
         self._on_retry = on_retry
+        self._limiter = RequestLimiter.shared(endpoint.base_url, endpoint.max_concurrent_requests)
 
     async def aclose(self) -> None:
         if self._own_http and self._http is not None:
@@ -134,7 +135,7 @@ class ModelClient:
         body = {"model": self.endpoint.model, **body, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
-        limiter = RequestLimiter.shared(self.endpoint.base_url, self.endpoint.max_concurrent_requests)
+        limiter = self._limiter
         attempt = 0
         while True:
             attempt += 1

@@ -224,9 +224,10 @@ def run_partitions(
     check_budget()
     with backend:  # frees the sandbox slots it keeps between samples
         run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or budget_stop.reason)
-    stopped = (interrupt.reason or budget_stop.reason) if sum(o.run for o in outcomes.values()) < len(jobs) else None
+    samples_run = sum(o.run for o in outcomes.values())
+    stopped = (interrupt.reason or budget_stop.reason) if samples_run < len(jobs) else None
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
-                                              "samples_run": sum(o.run for o in outcomes.values()), "stopped": stopped,
+                                              "samples_run": samples_run, "stopped": stopped,
                                               "reaped_leftovers": reaped, "sandbox_backend": backend.name,
                                               "dagster_run_id": dagster_run_id})
     return outcomes, stopped
@@ -245,10 +246,9 @@ def write_trajectories(paths: RunPaths) -> dict[str, int]:
     """Merge kept rows of the current dataset in prompt order, one per sample key; write the
     final file and the checkpoint atomically."""
     ledger = Ledger.load(paths.raw)
-    samples = read_samples(paths)
-    done = [s.prompt_index for s in samples if ledger.is_done(s.sample_key)]
-    kept = {s.sample_key: s for s in samples
-            if ledger.is_done(s.sample_key) and ledger.latest[s.sample_key]["disposition"] == Disposition.KEPT}
+    finished = [s for s in read_samples(paths) if ledger.is_done(s.sample_key)]
+    done = [s.prompt_index for s in finished]
+    kept = {s.sample_key: s for s in finished if ledger.latest[s.sample_key]["disposition"] == Disposition.KEPT}
     rows = ({**record["row"], "prompt_index": kept[key].prompt_index} for key, record in ledger.records(kept))
     written = atomic_write_jsonl(paths.trajectories, rows)
     atomic_write_json(paths.checkpoint, {

@@ -89,7 +89,7 @@ class Recipe:
         except BackendError as exc:
             raise RecipeError(f"tool_backends: {exc}") from None
         try:
-            price = self.price()
+            price = price_of(self.model, load_prices(self.price_table))
         except PriceError as exc:
             raise RecipeError(str(exc)) from None
         if price is None and (self.max_cost_usd is not None or self.max_sample_cost_usd is not None):
@@ -101,7 +101,8 @@ class Recipe:
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        # Resolved once: both are read per batch, and a distributions file would be re-parsed each time.
+        # Resolved once: these are read per batch and per sample, and their files would be re-parsed each time.
+        object.__setattr__(self, "_price", price)
         object.__setattr__(self, "_distribution", self._resolve_distribution())
         object.__setattr__(self, "_fingerprint", self._compute_fingerprint())
 
@@ -121,7 +122,7 @@ class Recipe:
 
     def price(self) -> Price | None:
         """The model's price from the price table (None: unknown, costs are not counted)."""
-        return price_of(self.model, load_prices(self.price_table))
+        return self._price  # type: ignore[attr-defined]
 
     @property
     def budget(self) -> Budget:

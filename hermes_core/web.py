@@ -81,11 +81,13 @@ def _readable(html: str) -> tuple[str, str]:
     """(title, main text as markdown) of an HTML page; the whole visible text when no main part is found."""
     import trafilatura  # imported on first use: ~0.3 s
 
-    document = trafilatura.bare_extraction(html, output_format="python", with_metadata=True, include_links=True,
-                                           favor_recall=True)
-    title = (getattr(document, "title", None) or "") if document is not None else ""
-    text = trafilatura.extract(html, output_format="markdown", include_links=True, favor_recall=True) or ""
-    if not text:
+    text = trafilatura.extract(html, output_format="markdown", with_metadata=True, include_links=True,
+                               favor_recall=True) or ""
+    title = ""
+    if text.startswith("---\n"):  # the metadata comes first, as front matter
+        header, _, text = text[4:].partition("\n---\n")
+        title = next((line[7:] for line in header.splitlines() if line.startswith("title: ")), "")
+    if not text.strip():
         from lxml import html as lxml_html
 
         text = " ".join(lxml_html.fromstring(html).text_content().split()) if html.strip() else ""
