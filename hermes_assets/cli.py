@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import threading
 import warnings
@@ -35,6 +36,8 @@ ENVIRONMENT_HELP = """
 environment (flags win):
   HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   the model endpoint (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
   HERMES_DATA_DIR                                 data root (default ./data); outputs in <root>/<run_name>/
+  HERMES_LEDGER_URL                               ledger on object storage, e.g. s3://bucket/ledgers (README:
+                                                  Scaling out); credentials and endpoint the fsspec way
   DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
   HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap)
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
@@ -100,6 +103,8 @@ def _batch_parser() -> argparse.ArgumentParser:
                    help="where tools run: local (bubblewrap, default), docker, modal, singularity, or plain "
                    "(NOT isolated); default $HERMES_TERMINAL_BACKEND or local")
     p.add_argument("--output_dir", help="data root (default $HERMES_DATA_DIR or ./data)")
+    p.add_argument("--ledger_url", help="keep the ledger on object storage, e.g. s3://bucket/ledgers "
+                   "(default $HERMES_LEDGER_URL, else <output_dir>/<run_name>/raw)")
     p.add_argument("--force-new-fingerprint", "--force_new_fingerprint", dest="force_new_fingerprint",
                    action="store_true", help="accept a changed recipe under an existing run name")
     p.add_argument("--resume", action="store_true", help="accepted for compatibility: every run resumes")
@@ -145,6 +150,8 @@ def run_batch(args: argparse.Namespace) -> int:
     if not args.plan_only:
         hf_loading.start_loader()  # the check after the run loads the output with HF datasets
     root = data_root(args.output_dir)
+    if args.ledger_url:  # a deployment setting like the data root: every step of this process reads it
+        os.environ["HERMES_LEDGER_URL"] = args.ledger_url
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
     recipe = Recipe(
         run_name=args.run_name, dataset_file=str(Path(args.dataset_file).resolve()), model=endpoint.model,

@@ -28,6 +28,8 @@ import yaml
 
 from hermes_assets.compression_assets import validate_compression_settings
 
+from hermes_core.config import ledger_location
+from hermes_core.ledger import has_records
 from hermes_core.recipe import Recipe, RecipeError, list_recipes, run_dir, save_recipe
 
 RUNS_FILE_ENV = "HERMES_RUNS_FILE"
@@ -131,8 +133,7 @@ def load_runs_file(path: Path) -> list[Recipe]:
 
 
 def _has_ledger(root: Path, run_name: str) -> bool:
-    raw = run_dir(root, run_name) / "raw"
-    return raw.is_dir() and any(p.stat().st_size for p in raw.glob("*.jsonl"))
+    return has_records(ledger_location(run_dir(root, run_name)))
 
 
 def _saved_fingerprint(root: Path, run_name: str) -> str | None:

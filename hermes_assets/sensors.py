@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from hermes_core import pipeline
-from hermes_core.fileio import read_jsonl
+from hermes_core.ledger import Ledger
 from hermes_core.pipeline import RunPaths
 from hermes_assets.compression_assets import recipe_compression
 from hermes_core.recipe import Recipe, run_dir
@@ -108,8 +108,7 @@ def _newest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
 
 
 def _ledger_records(paths: RunPaths, partition: str) -> int:
-    path = paths.raw / f"{partition}.jsonl"
-    return sum(1 for _ in read_jsonl(path)) if path.is_file() else 0
+    return Ledger.load(paths.raw).records_per_partition.get(partition, 0)
 
 
 def _raw_requests(

@@ -50,3 +50,18 @@ class Endpoint:
 def data_root(output_dir: str | Path | None = None) -> Path:
     """`--output_dir`, else `HERMES_DATA_DIR`, else ./data."""
     return Path(output_dir or os.environ.get("HERMES_DATA_DIR") or "data").resolve()
+
+
+def ledger_location(run_root: Path) -> Path | str:
+    """Where a run's ledger lives: `<run folder>/raw`, or `$HERMES_LEDGER_URL/<run name>` when that
+    names object storage (`s3://bucket/prefix`, `gs://…`, any fsspec URL). The ledger is the only
+    part of a run that cost money: the rest of the run folder is rebuilt from the dataset."""
+    url = os.environ.get("HERMES_LEDGER_URL", "").strip().rstrip("/")
+    if not url:
+        return run_root / "raw"
+    if url.startswith("file://"):
+        return Path(url.removeprefix("file://")) / run_root.name
+    if "://" not in url:
+        raise ValueError(f"HERMES_LEDGER_URL={url!r}: expected a URL such as s3://bucket/prefix "
+                         "(or leave it unset for the ledger in the run folder)")
+    return f"{url}/{run_root.name}"

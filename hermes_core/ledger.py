@@ -5,6 +5,7 @@
   derived from their members' keys, never from line positions.
 - Ledger (`raw/<partition_key>.jsonl`): one record appended (fsync) the moment a sample finishes,
   so a crash loses at most the samples in flight. The latest record of a sample is its state.
+  On object storage (`HERMES_LEDGER_URL`, `object_ledger.py`) each record is one object instead.
   In memory a ledger keeps a summary of each sample's latest record (~1 KB, without the
   trajectory) and where the record lies; whole records are read back from disk one at a time.
 """
@@ -89,7 +90,7 @@ class Ledger:
     appended since, and `Ledger.load()` hands out one refreshed ledger per folder to every step of
     a process (a CLI run used to parse the same files nine times)."""
 
-    _loaded: OrderedDict[Path, "Ledger"] = OrderedDict()
+    _loaded: OrderedDict[Path | str, "Ledger"] = OrderedDict()
     _loaded_lock = threading.Lock()
     KEEP_LOADED = 4
 
@@ -100,13 +101,14 @@ class Ledger:
         self.refresh()
 
     @classmethod
-    def load(cls, raw_dir: Path) -> "Ledger":
-        """The ledger of `raw_dir`, shared within this process and brought up to date."""
-        key = raw_dir.resolve()
+    def load(cls, location: Path | str) -> "Ledger":
+        """The ledger at `location` (a folder, or an fsspec URL of object storage), shared within
+        this process and brought up to date."""
+        key = location if isinstance(location, str) else location.resolve()
         with cls._loaded_lock:
             ledger = cls._loaded.get(key)
             if ledger is None:
-                ledger = cls._loaded[key] = cls(raw_dir)
+                ledger = cls._loaded[key] = open_ledger(location)
             cls._loaded.move_to_end(key)
             while len(cls._loaded) > cls.KEEP_LOADED:
                 cls._loaded.popitem(last=False)
@@ -152,9 +154,13 @@ class Ledger:
             self._read[path] = (stat.st_ino, done + len(whole))
         return True
 
-    def _note(self, record: dict[str, Any], where: tuple[Path, int, int]) -> None:
+    def _note(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
         self.latest[record["sample_key"]] = summarize(record)
         self._where[record["sample_key"]] = where
+        self._count(record)
+
+    def _count(self, record: dict[str, Any]) -> None:
+        """Count an attempt: its partition, its spend, its failure."""
         partition = record["partition_key"]
         self.records_per_partition[partition] = self.records_per_partition.get(partition, 0) + 1
         self.spent["api_calls"] += record.get("api_calls", 0)
@@ -205,3 +211,20 @@ class Ledger:
         with self._lock:
             if not self._read_new(path):
                 self.refresh()
+
+
+def open_ledger(location: Path | str) -> Ledger:
+    if isinstance(location, str):
+        from hermes_core.object_ledger import ObjectLedger  # fsspec and its backends only when asked for
+
+        return ObjectLedger(location)
+    return Ledger(location)
+
+
+def has_records(location: Path | str) -> bool:
+    """Whether any sample of the ledger at `location` was recorded (without loading the records)."""
+    if isinstance(location, str):
+        from hermes_core.object_ledger import ObjectLedger
+
+        return ObjectLedger.has_records(location)
+    return location.is_dir() and any(path.stat().st_size for path in location.glob("*.jsonl"))

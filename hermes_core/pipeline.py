@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hermes_core.config import Endpoint
+from hermes_core.config import Endpoint, ledger_location
 from hermes_core.dataset import Dataset, Sample, load_dataset
 from hermes_core.distributions import sample_toolsets
 from hermes_core.fileio import FileTableCache, append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
@@ -46,7 +46,7 @@ class RunPaths:
         self.prompts = root / "prompts.jsonl"
         self.assignments = root / "assignments.jsonl"
         self.batches = root / "batches.json"
-        self.raw = root / "raw"
+        self.raw = ledger_location(root)  # a folder, or a URL on object storage
         self.invocations = root / "invocations.jsonl"
         self.trajectories = root / "trajectories.jsonl"
         self.statistics = root / "statistics.json"

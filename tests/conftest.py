@@ -25,7 +25,7 @@ def isolated_homes(tmp_path, monkeypatch):
     """A fresh data root and Dagster home per test; no endpoint settings leak in from the machine."""
     for name in ("HERMES_BASE_URL", "HERMES_API_KEY", "HERMES_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY",
                  "HERMES_RUNS_FILE", "HERMES_SENSOR_INTERVAL_S", "HERMES_MAX_NO_REASONING_RATE",
-                 "HERMES_MAX_HALLUCINATION_RATE"):
+                 "HERMES_MAX_HALLUCINATION_RATE", "HERMES_LEDGER_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HERMES_DATA_DIR", str(tmp_path / "data"))
     (tmp_path / "dagster_home").mkdir()

@@ -1,0 +1,134 @@
+"""The ledger on object storage: unit behaviour on fsspec's memory store, then whole runs against a
+real S3 API (moto's server on 127.0.0.1, reached through s3fs like any S3-compatible store)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from fsspec.core import url_to_fs
+
+from hermes_core.config import ledger_location
+from hermes_core.ledger import Ledger, has_records
+from hermes_core.object_ledger import ObjectLedger
+from test_batch_cli import read_jsonl, write_dataset
+from test_ledger import record
+from test_resume import Sent, prompts, run
+
+BIN = Path(sys.executable).parent
+
+
+def memory_url() -> str:
+    return f"memory://ledgers-{uuid.uuid4().hex[:8]}/run"
+
+
+def test_each_record_is_one_object_seen_once_by_every_reader() -> None:
+    url = memory_url()
+    writer, other = ObjectLedger(url), ObjectLedger(url)  # two processes on two machines
+    assert not has_records(url)
+    writer.append("b00001-x", record("a"))
+    other.append("b00002-y", record("b", "b00002-y"))
+    writer.append("b00001-x", {**record("a", disposition="failed_retryable"), "row": {"tool_stats": {}}})
+    for ledger in (writer.refresh(), other.refresh(), ObjectLedger(url)):
+        assert set(ledger.latest) == {"a", "b"} and ledger.spent["api_calls"] == 6
+        assert ledger.records_per_partition == {"b00001-x": 2, "b00002-y": 1}
+        assert ledger.latest["a"]["disposition"] == "failed_retryable" and ledger.attempts("a") == 1
+    assert has_records(url)
+    fs, root = url_to_fs(url)
+    assert len(fs.find(root)) == 3 and all(name.endswith(".json") for name in fs.find(root))
+    assert [key for key, _ in writer.records(["b", "missing", "a"])] == ["b", "a"]
+    assert writer.record("a")["row"] == {"tool_stats": {}}
+
+
+def test_an_older_attempt_seen_late_is_counted_but_is_not_the_state() -> None:
+    url = memory_url()
+    ledger = ObjectLedger(url)
+    ledger.append("b00001-x", record("a", calls=3))
+    fs, root = url_to_fs(url)
+    late = f"{root}/b00001-x/{0:020d}-slowwriter00-000000.json"  # written before, listed only now
+    fs.pipe_file(late, json.dumps(record("a", disposition="failed_retryable")).encode())
+    ledger.refresh()
+    assert ledger.latest["a"]["disposition"] == "kept" and ledger.spent["api_calls"] == 5
+    assert ObjectLedger(url).latest["a"]["disposition"] == "kept"
+
+
+def test_ledger_location_follows_hermes_ledger_url(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("HERMES_LEDGER_URL", raising=False)
+    assert ledger_location(tmp_path / "r1") == tmp_path / "r1" / "raw"
+    monkeypatch.setenv("HERMES_LEDGER_URL", "s3://bucket/ledgers/")
+    assert ledger_location(tmp_path / "r1") == "s3://bucket/ledgers/r1"
+    monkeypatch.setenv("HERMES_LEDGER_URL", f"file://{tmp_path}/shared")
+    assert ledger_location(tmp_path / "r1") == tmp_path / "shared" / "r1"
+    monkeypatch.setenv("HERMES_LEDGER_URL", "bucket/ledgers")
+    with pytest.raises(ValueError, match="HERMES_LEDGER_URL='bucket/ledgers': expected a URL"):
+        ledger_location(tmp_path / "r1")
+    assert isinstance(Ledger.load(memory_url()), ObjectLedger)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 API on 127.0.0.1 (moto's server), with fsspec pointed at it the documented way."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3_ledger(s3_endpoint, isolated_homes, monkeypatch) -> str:
+    """A fresh bucket; HERMES_LEDGER_URL names a prefix in it."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(name, value)
+    import fsspec.config
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3_endpoint})  # read at import otherwise
+    bucket = f"ledgers-{uuid.uuid4().hex[:8]}"
+    fs, _ = url_to_fs(f"s3://{bucket}")
+    fs.mkdir(bucket)
+    monkeypatch.setenv("HERMES_LEDGER_URL", f"s3://{bucket}/hermes")
+    return f"s3://{bucket}/hermes"
+
+
+def test_a_run_killed_mid_way_resumes_from_s3_after_its_run_folder_is_lost(s3_ledger, sim_server, isolated_homes):
+    rows = [{"prompt": r["prompt"] + " [sim:latency=0.05]"} for r in prompts(80, "s3")]
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    sent = Sent(sim_server)
+    batch = subprocess.Popen(
+        [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=rs", f"--base_url={sim_server.base_url}",
+         "--distribution=terminal_only", "--batch_size=20", "--num_workers=4"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and batch.poll() is None and len(ObjectLedger(f"{s3_ledger}/rs").latest) < 20:
+        time.sleep(0.2)
+    batch.send_signal(signal.SIGKILL)
+    batch.wait(timeout=10)
+    recorded_at_kill = len(ObjectLedger(f"{s3_ledger}/rs").latest)
+    assert 20 <= recorded_at_kill < 80, "the kill must land mid-run"
+
+    run_dir = isolated_homes / "data" / "rs"
+    assert not (run_dir / "raw").exists()  # the ledger went to the bucket only
+    shutil.rmtree(run_dir)  # the pod (or the volume) is gone; the bucket is not
+    assert run(dataset, sim_server.base_url) == 0
+    output = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(output) == 80 and [r["prompt_index"] for r in output] == list(range(80))
+    counts = sent.counts()
+    assert set(counts) == {r["prompt"] for r in rows}
+    assert len([p for p, c in counts.items() if c > 1]) <= 4  # at most the samples in flight at the kill
+    ledger = ObjectLedger(f"{s3_ledger}/rs")
+    assert len(ledger.latest) == 80 and sum(ledger.records_per_partition.values()) == 80  # one record each
+    assert run(dataset, sim_server.base_url) == 0  # and once more: nothing is sent
+    assert sum(sent.counts().values()) == sum(counts.values())
