@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -19,10 +18,10 @@ from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
 from hermes_core.ledger import Ledger
 from hermes_core.sandbox.docker_engine import engine_location
+from dagster_runs import launch, story, wait_for
 from postgres_server import postgres_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-DAGSTER = str(Path(sys.executable).with_name("dagster"))
 SANDBOX_IMAGE = "hermes-test/bookworm:latest"
 
 
@@ -47,37 +46,6 @@ def code_image() -> str:
                           capture_output=True, text=True, env={**os.environ, "VENV": str(Path(sys.executable).parents[1])})
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-def launch(job: str, home: Path, tags: dict[str, str] | None = None) -> str:
-    """`dagster job launch` against the workspace; returns the run id (the launcher starts a container)."""
-    before = {run.run_id for run in dg.DagsterInstance.get().get_runs()}
-    command = [DAGSTER, "job", "launch", "-w", str(ROOT / "workspace.yaml"), "-j", job]
-    if tags:
-        command += ["--tags", json.dumps(tags)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "DAGSTER_HOME": str(home)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    new = [run for run in dg.DagsterInstance.get().get_runs() if run.run_id not in before]
-    assert len(new) == 1
-    return new[0].run_id
-
-
-def wait_for(run_id: str, timeout: float = 60) -> dg.DagsterRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = dg.DagsterInstance.get().get_run_by_id(run_id)
-        if run and run.is_finished:
-            return run
-        time.sleep(1)
-    raise AssertionError(f"run {run_id} did not finish within {timeout:.0f} s:\n{story(run_id)}")
-
-
-def story(run_id: str) -> str:
-    """The run's last events, for a failure message."""
-    logs = [f"{e.dagster_event_type}: {e.message}" + (f" {e.dagster_event.step_failure_data.error.message}"
-                                                      if e.dagster_event and e.dagster_event.is_step_failure else "")
-            for e in dg.DagsterInstance.get().all_logs(run_id)]
-    return "\n".join(logs[-12:])
 
 
 def test_runs_launched_into_containers_succeed_and_their_sandboxes_work(postgres_url, code_image, isolated_homes,

@@ -4,7 +4,6 @@ real S3 API (moto's server on 127.0.0.1, reached through s3fs like any S3-compat
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -20,6 +19,7 @@ from fsspec.core import url_to_fs
 from hermes_core.config import ledger_location
 from hermes_core.ledger import Ledger, has_records
 from hermes_core.object_ledger import ObjectLedger
+from s3_server import s3_endpoint, s3_ledger  # noqa: F401  (fixtures)
 from test_batch_cli import read_jsonl, write_dataset
 from test_ledger import record
 from test_resume import Sent, prompts, run
@@ -72,35 +72,6 @@ def test_ledger_location_follows_hermes_ledger_url(tmp_path: Path, monkeypatch) 
     with pytest.raises(ValueError, match="HERMES_LEDGER_URL='bucket/ledgers': expected a URL"):
         ledger_location(tmp_path / "r1")
     assert isinstance(Ledger.load(memory_url()), ObjectLedger)
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """A real S3 API on 127.0.0.1 (moto's server), with fsspec pointed at it the documented way."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture()
-def s3_ledger(s3_endpoint, isolated_homes, monkeypatch) -> str:
-    """A fresh bucket; HERMES_LEDGER_URL names a prefix in it."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": s3_endpoint}.items():
-        monkeypatch.setenv(name, value)
-    import fsspec.config
-
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3_endpoint})  # read at import otherwise
-    bucket = f"ledgers-{uuid.uuid4().hex[:8]}"
-    fs, _ = url_to_fs(f"s3://{bucket}")
-    fs.mkdir(bucket)
-    monkeypatch.setenv("HERMES_LEDGER_URL", f"s3://{bucket}/hermes")
-    return f"s3://{bucket}/hermes"
 
 
 def test_a_run_killed_mid_way_resumes_from_s3_after_its_run_folder_is_lost(s3_ledger, sim_server, isolated_homes):

