@@ -3,8 +3,8 @@
 Object stores cannot append, so each finished sample's record is written as its own object,
 `<url>/<partition_key>/<time_ns>-<writer>-<seq>.json`. A PUT is atomic and durable when it returns,
 which keeps the local ledger's promise: a crash loses at most the samples in flight, and no reader
-ever sees half a record. Names sort by the time they were written, so a sample's latest record is
-the one with the greatest name, whichever reader saw it first and in what order. Writers never
+ever sees half a record. Object names start with the time they were written, so a sample's latest
+record is the one written last, whichever reader saw it first and in what order. Writers never
 share an object, so concurrent runs on other machines need no lock.
 
 A reader lists the prefix and fetches only the objects it has not seen (`refresh`), concurrently
@@ -27,6 +27,12 @@ from hermes_core.fileio import json_bytes, json_loads
 from hermes_core.ledger import Ledger
 
 FETCH_CHUNK = 256  # objects fetched per concurrent round trip
+
+
+def written_at(name: str) -> str:
+    """The object's `<time_ns>-<writer>-<seq>` part: it orders records, whatever partition holds them
+    (a sample lands in another batch when its run folder, hence its plan, was rebuilt)."""
+    return name.rsplit("/", 1)[-1]
 
 
 class ObjectLedger(Ledger):
@@ -53,7 +59,8 @@ class ObjectLedger(Ledger):
         """Fetch and count the records written since the last look, by this process or any other."""
         with self._lock:
             self.fs.invalidate_cache()  # listings are cached, per folder: other writers may have added
-            fresh = sorted(name for name in self.fs.find(self.root) if name.endswith(".json") and name not in self._seen)
+            fresh = sorted((name for name in self.fs.find(self.root) if name.endswith(".json") and name not in self._seen),
+                           key=written_at)
             for name, data in self._fetch(fresh):
                 self._seen.add(name)
                 self._note(json_loads(data), (name, 0, len(data)))
@@ -67,7 +74,7 @@ class ObjectLedger(Ledger):
 
     def _note(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
         known = self._where.get(record["sample_key"])
-        if known is None or where[0] > known[0]:
+        if known is None or written_at(where[0]) > written_at(known[0]):
             super()._note(record, where)
         else:  # an older attempt seen late (a slow PUT, a skewed clock): paid for, not the state
             self._count(record)

@@ -59,6 +59,10 @@ def test_an_older_attempt_seen_late_is_counted_but_is_not_the_state() -> None:
     ledger.refresh()
     assert ledger.latest["a"]["disposition"] == "kept" and ledger.spent["api_calls"] == 5
     assert ObjectLedger(url).latest["a"]["disposition"] == "kept"
+    # A retry recorded under a partition that sorts first (its plan was rebuilt) is still the latest.
+    ledger.append("a00001-rebuilt", {**record("a", "a00001-rebuilt", calls=1), "attempt": 2})
+    for reader in (ledger, ObjectLedger(url)):
+        assert reader.latest["a"]["partition_key"] == "a00001-rebuilt" and reader.spent["api_calls"] == 6
 
 
 def test_ledger_location_follows_hermes_ledger_url(tmp_path: Path, monkeypatch) -> None:
