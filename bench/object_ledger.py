@@ -1,6 +1,6 @@
 """The ledger on object storage against the ledger in the run folder, on the same records: the cost
 of recording a finished sample, of a fresh process loading the ledger, and of reading the kept
-trajectories back. The store is moto's S3 server on 127.0.0.1 in its own process: no network
+trajectories back, before and after each batch (100 records) is folded into one segment. The store is moto's S3 server on 127.0.0.1 in its own process: no network
 latency, so these are lower bounds on a real bucket, where each request adds a round trip
 (~10-30 ms) and the concurrent fetches hide most of it.
 
@@ -60,7 +60,18 @@ def measure(open_ledger, records: list[dict]) -> dict[str, float]:
     count = sum(1 for _ in fresh.records(sorted(fresh.latest)))
     read = time.perf_counter() - started
     assert len(fresh.latest) == count == len(records)
-    return {"append ms/record": 1000 * appended / len(records), "fresh load s": loaded, "read back s": read}
+    result = {"append ms/record": 1000 * appended / len(records), "fresh load s": loaded, "read back s": read}
+    started = time.perf_counter()
+    for partition in sorted({item["partition_key"] for item in records}):
+        ledger.compact(partition)  # what each batch's run does when it ends
+    result["fold s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    folded = open_ledger()
+    result["folded: load s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    assert sum(1 for _ in folded.records(sorted(folded.latest))) == len(records)
+    result["folded: read s"] = time.perf_counter() - started
+    return result
 
 
 def main() -> None:
@@ -84,7 +95,8 @@ def main() -> None:
     print(f"{args.records} records of ~{len(str(records[0])) // 1000} KB")
     print(f"{'':18}{'run folder':>12}{'S3 (moto)':>12}{'ratio':>8}")
     for name in local:
-        print(f"{name:18}{local[name]:12.3f}{remote[name]:12.3f}{remote[name] / local[name]:8.1f}")
+        ratio = f"{remote[name] / local[name]:8.1f}" if local[name] else f"{'':8}"
+        print(f"{name:18}{local[name]:12.3f}{remote[name]:12.3f}{ratio}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
-"""The ledger on object storage (S3, GCS, Azure, … through fsspec): one object per record.
+"""The ledger on object storage (S3, GCS, Azure, … through fsspec): one object per record, folded
+into one segment object per batch when the batch's run ends.
 
-Object stores cannot append, so each finished sample's record is written as its own object,
+Object stores cannot append, so each finished sample's record is first written as its own object,
 `<url>/<partition_key>/<time_ns>-<writer>-<seq>.json`. A PUT is atomic and durable when it returns,
 which keeps the local ledger's promise: a crash loses at most the samples in flight, and no reader
 ever sees half a record. Object names start with the time they were written, so a sample's latest
 record is the one written last, whichever reader saw it first and in what order. Writers never
 share an object, so concurrent runs on other machines need no lock.
 
-A reader lists the prefix and fetches only the objects it has not seen (`refresh`), concurrently
-in chunks; whole records are fetched again on demand, like the local ledger's reads by offset.
+A fresh process would otherwise fetch every record object, one request each, so `compact` folds a
+batch's loose objects into `<partition_key>/segment-<…>.jsonl`: a first line naming the objects it
+holds, then their records, one per line. The segment is written before the objects are deleted, and
+every reader counts each object name once, so a reader that saw the loose objects, the segment, or
+both counts each record exactly once; one that lost a race (an object deleted between its listing
+and its fetch) looks again and finds the segment.
+
 Credentials and endpoints are fsspec's: the backend's usual environment (AWS_ACCESS_KEY_ID, …)
 or `FSSPEC_<PROTOCOL>_<OPTION>` variables, e.g. FSSPEC_S3_ENDPOINT_URL for MinIO or Ceph.
 """
@@ -27,12 +33,17 @@ from hermes_core.fileio import json_bytes, json_loads
 from hermes_core.ledger import Ledger
 
 FETCH_CHUNK = 256  # objects fetched per concurrent round trip
+SEGMENT = "segment-"
 
 
-def written_at(name: str) -> str:
-    """The object's `<time_ns>-<writer>-<seq>` part: it orders records, whatever partition holds them
-    (a sample lands in another batch when its run folder, hence its plan, was rebuilt)."""
-    return name.rsplit("/", 1)[-1]
+def object_id(name: str) -> str:
+    """A record object's `<time_ns>-<writer>-<seq>`: unique, and it orders records by when they were
+    written, whatever batch holds them (a sample lands in another batch when its plan was rebuilt)."""
+    return name.rsplit("/", 1)[-1].removesuffix(".json")
+
+
+def is_segment(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].startswith(SEGMENT)
 
 
 class ObjectLedger(Ledger):
@@ -49,50 +60,109 @@ class ObjectLedger(Ledger):
     def has_records(cls, url: str) -> bool:
         fs, root = url_to_fs(url.rstrip("/"))
         fs.invalidate_cache()
-        return any(name.endswith(".json") for name in fs.find(root))
+        return any(name.endswith((".json", ".jsonl")) for name in fs.find(root))
 
     def _reset(self) -> None:
         super()._reset()
-        self._seen: set[str] = set()
+        self._seen: set[str] = set()  # ids of the record objects counted, loose or in a segment
+        self._segments: set[str] = set()  # segments read
+        self._latest_id: dict[str, str] = {}  # sample key -> id of its latest record
+
+    def _list(self, prefix: str) -> list[str]:
+        self.fs.invalidate_cache()  # listings are cached, per folder: other writers may have added
+        return self.fs.find(prefix)
 
     def refresh(self) -> "ObjectLedger":
-        """Fetch and count the records written since the last look, by this process or any other."""
+        """Count the records written since the last look, by this process or any other."""
         with self._lock:
-            self.fs.invalidate_cache()  # listings are cached, per folder: other writers may have added
-            fresh = sorted((name for name in self.fs.find(self.root) if name.endswith(".json") and name not in self._seen),
-                           key=written_at)
-            for name, data in self._fetch(fresh):
-                self._seen.add(name)
-                self._note(json_loads(data), (name, 0, len(data)))
-            return self
+            for _ in range(3):
+                names = self._list(self.root)
+                for segment, data in self._fetch([n for n in names if is_segment(n) and n not in self._segments]):
+                    self._read_segment(segment, data)
+                loose = [n for n in names if n.endswith(".json") and object_id(n) not in self._seen]
+                fetched = dict(self._fetch(loose, missing_ok=True))
+                for name in loose:
+                    if name in fetched:
+                        self._note_object(object_id(name), json_loads(fetched[name]), (name, 0, len(fetched[name])))
+                missing = [name for name in loose if name not in fetched]
+                if not missing:
+                    return self
+                # Folded into a segment after the listing (the next listing shows it), or unreadable.
+            raise RuntimeError(f"{self.url}: cannot read {len(missing)} record object(s), e.g. {missing[0]}")
 
-    def _fetch(self, names: list[str]) -> Iterator[tuple[str, bytes]]:
-        for start in range(0, len(names), FETCH_CHUNK):
-            chunk = names[start : start + FETCH_CHUNK]
-            fetched = self.fs.cat(chunk, on_error="raise")
-            yield from ((name, fetched[name]) for name in chunk)
+    def _read_segment(self, segment: str, data: bytes) -> None:
+        lines = data.split(b"\n")
+        offset = len(lines[0]) + 1
+        for name, line in zip(json_loads(lines[0])["objects"], lines[1:]):
+            where = (segment, offset, len(line))
+            offset += len(line) + 1
+            if name not in self._seen:
+                self._note_object(name, json_loads(line), where)
+                continue
+            key = json_loads(line)["sample_key"]
+            if self._latest_id.get(key) == name:
+                self._where[key] = where  # its loose object is about to be deleted: read it here
+        self._segments.add(segment)
 
-    def _note(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
-        known = self._where.get(record["sample_key"])
-        if known is None or written_at(where[0]) > written_at(known[0]):
-            super()._note(record, where)
+    def _note_object(self, name: str, record: dict[str, Any], where: tuple[str, int, int]) -> None:
+        self._seen.add(name)
+        key = record["sample_key"]
+        if name > self._latest_id.get(key, ""):
+            self._latest_id[key] = name
+            self._note(record, where)
         else:  # an older attempt seen late (a slow PUT, a skewed clock): paid for, not the state
             self._count(record)
+
+    def _fetch(self, names: list[str], missing_ok: bool = False) -> Iterator[tuple[str, bytes]]:
+        for start in range(0, len(names), FETCH_CHUNK):
+            fetched = self.fs.cat(names[start : start + FETCH_CHUNK], on_error="omit" if missing_ok else "raise")
+            yield from fetched.items()
 
     def records(self, sample_keys: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
         """(key, whole latest record) for each key that has one, fetched in chunks, in the given order."""
         keys = iter(sample_keys)
         while chunk := list(itertools.islice(keys, FETCH_CHUNK)):
-            with self._lock:
-                named = [(key, self._where[key][0]) for key in chunk if key in self._where]
-            fetched = dict(self._fetch([name for _, name in named]))
-            yield from ((key, json_loads(fetched[name])) for key, name in named)
+            located, data = self._read_records(chunk)
+            if any(isinstance(item, Exception) for item in data):
+                self.refresh()  # a loose object was folded into a segment since: read it there
+                located, data = self._read_records(chunk)
+            for key, item in zip(located, data):
+                if isinstance(item, Exception):
+                    raise item
+                yield key, json_loads(item)
+
+    def _read_records(self, keys: list[str]) -> tuple[list[str], list[bytes | Exception]]:
+        """Each key's record, fetching each object once: a segment holds a whole batch's records."""
+        with self._lock:
+            located = {key: self._where[key] for key in keys if key in self._where}
+        objects = self.fs.cat(sorted({path for path, _, _ in located.values()}), on_error="return")
+        return list(located), [objects[path] if isinstance(objects[path], Exception) else
+                               objects[path][offset : offset + length] for path, offset, length in located.values()]
 
     def append(self, partition_key: str, record: dict[str, Any]) -> None:
         """Write the record as a new object; it is durable once this returns."""
-        name = f"{self.root}/{partition_key}/{time.time_ns():020d}-{self._writer}-{next(self._sequence):06d}.json"
+        name = f"{time.time_ns():020d}-{self._writer}-{next(self._sequence):06d}"
         data = json_bytes(record) + b"\n"
-        self.fs.pipe_file(name, data)
+        path = f"{self.root}/{partition_key}/{name}.json"
+        self.fs.pipe_file(path, data)
         with self._lock:
-            self._seen.add(name)
-            self._note(record, (name, 0, len(data)))
+            self._note_object(name, record, (path, 0, len(data)))
+
+    def compact(self, partition_key: str) -> int:
+        """Fold the batch's loose record objects into one segment, then delete them. Returns how many."""
+        loose = sorted((n for n in self._list(f"{self.root}/{partition_key}") if n.endswith(".json")), key=object_id)
+        fetched = dict(self._fetch(loose, missing_ok=True))  # another process may be folding them too
+        folded = [name for name in loose if name in fetched]
+        if len(folded) < 2:
+            return 0
+        header = json_bytes({"objects": [object_id(name) for name in folded]}) + b"\n"
+        data = header + b"".join(fetched[name].rstrip(b"\n") + b"\n" for name in folded)
+        segment = f"{self.root}/{partition_key}/{SEGMENT}{object_id(folded[-1])}-{self._writer}.jsonl"
+        self.fs.pipe_file(segment, data)  # before the deletes: a record is always somewhere
+        with self._lock:
+            self._read_segment(segment, data)
+        try:
+            self.fs.rm(folded)
+        except FileNotFoundError:
+            pass  # another process folded and deleted some of them first: its segment holds them
+        return len(folded)

@@ -224,6 +224,8 @@ def run_partitions(
     check_budget()
     with backend:  # frees the sandbox slots it keeps between samples
         run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or budget_stop.reason)
+    for key in partition_keys:
+        ledger.compact(key)  # on object storage: one object to read per batch instead of one per sample
     samples_run = sum(o.run for o in outcomes.values())
     stopped = (interrupt.reason or budget_stop.reason) if samples_run < len(jobs) else None
     append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),

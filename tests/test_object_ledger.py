@@ -65,6 +65,29 @@ def test_an_older_attempt_seen_late_is_counted_but_is_not_the_state() -> None:
         assert reader.latest["a"]["partition_key"] == "a00001-rebuilt" and reader.spent["api_calls"] == 6
 
 
+def test_compaction_folds_a_batch_into_one_segment_and_no_reader_counts_twice() -> None:
+    url = memory_url()
+    writer, early, late = ObjectLedger(url), ObjectLedger(url), ObjectLedger(url)
+    for key, calls in (("a", 1), ("b", 2), ("c", 3)):
+        writer.append("b00001-x", record(key, calls=calls))
+    writer.append("b00001-x", {**record("a", calls=10), "row": {"tool_stats": {"t": 1}}})  # a's retry
+    early.refresh()  # counted the loose objects before they were folded
+    unaware = ObjectLedger(url)  # will read a record whose object was deleted since it looked
+    fs, root = url_to_fs(url)
+    stale_listing = fs.find(root)
+    assert writer.compact("b00001-x") == 4 and writer.compact("b00001-x") == 0
+    [segment] = fs.find(root)
+    assert segment.rsplit("/", 1)[-1].startswith("segment-")
+    late._list = lambda prefix, real=late._list: (late.__dict__.pop("_list"), stale_listing)[1]  # listed, then lost the race
+    for reader in (writer, early.refresh(), late.refresh(), ObjectLedger(url)):
+        assert set(reader.latest) == {"a", "b", "c"} and reader.spent["api_calls"] == 16
+        assert reader.records_per_partition == {"b00001-x": 4}
+        assert reader.record("a")["row"] == {"tool_stats": {"t": 1}}  # read from the segment
+    assert unaware.record("b")["api_calls"] == 2 and unaware.spent["api_calls"] == 16
+    writer.append("b00001-x", record("d"))
+    assert set(ObjectLedger(url).latest) == {"a", "b", "c", "d"}  # a segment and a loose object
+
+
 def test_ledger_location_follows_hermes_ledger_url(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("HERMES_LEDGER_URL", raising=False)
     assert ledger_location(tmp_path / "r1") == tmp_path / "r1" / "raw"
@@ -105,5 +128,9 @@ def test_a_run_killed_mid_way_resumes_from_s3_after_its_run_folder_is_lost(s3_le
     assert len([p for p, c in counts.items() if c > 1]) <= 4  # at most the samples in flight at the kill
     ledger = ObjectLedger(f"{s3_ledger}/rs")
     assert len(ledger.latest) == 80 and sum(ledger.records_per_partition.values()) == 80  # one record each
+    fs, root = url_to_fs(f"{s3_ledger}/rs")
+    planned = {b["key"] for b in json.loads((run_dir / "batches.json").read_text())["batches"]}
+    folded = [name for name in fs.find(root) if name.split("/")[-2] in planned]
+    assert folded and all(name.rsplit("/", 1)[-1].startswith("segment-") for name in folded)  # one object per batch
     assert run(dataset, sim_server.base_url) == 0  # and once more: nothing is sent
     assert sum(sent.counts().values()) == sum(counts.values())
