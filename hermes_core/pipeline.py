@@ -272,7 +272,8 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
         total_batches=len(BatchPlan(paths.batches).batches),
         duration_seconds=sum(i["finished"] - i["started"] for i in invocations),
         reaped_leftovers=sum(i.get("reaped_leftovers", 0) for i in invocations),
-        sandbox_backend=invocations[-1]["sandbox_backend"] if invocations else (recipe.sandbox_backend or "local"),
+        # Invocations recorded before the field existed say nothing: the recipe's choice then.
+        sandbox_backend=(invocations[-1] if invocations else {}).get("sandbox_backend") or recipe.sandbox_backend or "local",
     )
     atomic_write_json(paths.statistics, stats)
     return stats

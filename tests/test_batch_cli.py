@@ -81,8 +81,14 @@ def test_resume_after_reorder_insert_and_append_runs_only_new_samples(isolated_h
     run_dir = isolated_homes / "data" / "t1"
     assert len(ledger_records(run_dir)) == 5
 
+    # A run folder from an older version: its invocations did not record the sandbox backend.
+    invocations = run_dir / "invocations.jsonl"
+    invocations.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "sandbox_backend"}) + "\n"
+                                   for row in read_jsonl(invocations)))
+    (run_dir / "statistics.json").unlink()
     assert run(isolated_homes, sim_url, dataset) == 0  # nothing to do
     assert len(ledger_records(run_dir)) == 5
+    assert json.loads((run_dir / "statistics.json").read_text())["sandbox"]["backend"] == "local"
 
     edited = [{"prompt": "A brand new first prompt"}] + list(reversed(PROMPTS)) + [{"prompt": "Run a command that prints 0", "id": "dup"}]
     write_dataset(dataset, edited)
