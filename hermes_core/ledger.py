@@ -155,9 +155,17 @@ class Ledger:
         return True
 
     def _note(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
+        known = self.latest.get(record["sample_key"])
+        # A later attempt supersedes, wherever it was filed (after a rebuilt plan a retry can sit in
+        # a file read first); within one attempt, and in ledgers from before attempts were
+        # recorded, the record read later does.
+        if known is None or record.get("attempt", 0) >= known.get("attempt", 0):
+            self._set_latest(record, where)
+        self._count(record)
+
+    def _set_latest(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
         self.latest[record["sample_key"]] = summarize(record)
         self._where[record["sample_key"]] = where
-        self._count(record)
 
     def _count(self, record: dict[str, Any]) -> None:
         """Count an attempt: its partition, its spend, its failure."""

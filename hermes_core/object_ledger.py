@@ -107,11 +107,10 @@ class ObjectLedger(Ledger):
     def _note_object(self, name: str, record: dict[str, Any], where: tuple[str, int, int]) -> None:
         self._seen.add(name)
         key = record["sample_key"]
-        if name > self._latest_id.get(key, ""):
+        if name > self._latest_id.get(key, ""):  # else an older attempt seen late: paid for, not the state
             self._latest_id[key] = name
-            self._note(record, where)
-        else:  # an older attempt seen late (a slow PUT, a skewed clock): paid for, not the state
-            self._count(record)
+            self._set_latest(record, where)
+        self._count(record)
 
     def _fetch(self, names: list[str], missing_ok: bool = False) -> Iterator[tuple[str, bytes]]:
         for start in range(0, len(names), FETCH_CHUNK):

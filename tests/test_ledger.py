@@ -58,3 +58,15 @@ def test_memory_holds_summaries_and_whole_records_are_read_back_from_disk(tmp_pa
     assert [key for key, _ in ledger.records(["b", "missing", "a"])] == ["b", "a"]
     assert ledger.record("a")["row"] == trajectory and ledger.record("b")["disposition"] == "kept"
     assert ledger.record("missing") is None
+
+
+def test_a_later_attempt_is_the_state_whichever_file_is_read_first(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    ledger = Ledger.load(raw)
+    ledger.append("b00001-x", {**record("a", disposition="failed_retryable", calls=1), "attempt": 1})
+    # The plan was rebuilt: the retry went to a batch whose file sorts before the first one's.
+    ledger.append("a00001-rebuilt", {**record("a", "a00001-rebuilt", calls=2), "attempt": 2})
+    for reader in (ledger, Ledger(raw)):
+        assert reader.latest["a"]["disposition"] == "kept" and reader.is_done("a")
+        assert reader.spent["api_calls"] == 3 and reader.attempts("a") == 1
+        assert reader.record("a")["partition_key"] == "a00001-rebuilt"
