@@ -107,10 +107,6 @@ def _newest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
     return records[0].storage_id if records else 0
 
 
-def _ledger_records(paths: RunPaths, partition: str) -> int:
-    return Ledger.load(paths.raw).records_per_partition.get(partition, 0)
-
-
 def _raw_requests(
     recipe: Recipe, paths: RunPaths, instance: dg.DagsterInstance
 ) -> tuple[dict[str, dg.RunRequest], list[str], list[str]]:
@@ -122,13 +118,14 @@ def _raw_requests(
     statuses = instance.get_status_by_partition(
         _key(recipe.run_name, "raw_trajectories"), [p for p in pending if p in known], partitions) or {}
     in_flight = [p for p in pending if statuses.get(p) == dg.AssetPartitionStatus.IN_PROGRESS]
+    recorded = Ledger.load(paths.raw).records_per_partition  # once per tick: a refresh lists the ledger
     requests = {}
     for partition in pending:
         if partition in in_flight:
             continue
         # The record count moves on every attempt, so a failed batch gets a fresh key (a retry), while
         # an unchanged one keeps its key (no double request).
-        run_key = f"raw:{partition}:{_ledger_records(paths, partition)}"
+        run_key = f"raw:{partition}:{recorded.get(partition, 0)}"
         requests[run_key] = dg.RunRequest(run_key=run_key, job_name=raw_job_name(recipe.run_name),
                                           partition_key=partition)
     return requests, in_flight, [p for p in pending if p not in known]
