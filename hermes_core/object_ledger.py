@@ -25,6 +25,7 @@ import itertools
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fsspec.core import url_to_fs
@@ -147,6 +148,14 @@ class ObjectLedger(Ledger):
         with self._lock:
             self._note_object(name, record, (path, 0, len(data)))
 
+    def write_segment(self, partition_key: str, ids: list[str], lines: list[bytes]) -> None:
+        """One object holding the records `lines` under the object ids `ids` (in the same order)."""
+        data = json_bytes({"objects": ids}) + b"\n" + b"".join(line.rstrip(b"\n") + b"\n" for line in lines)
+        segment = f"{self.root}/{partition_key}/{SEGMENT}{ids[-1]}-{self._writer}.jsonl"
+        self.fs.pipe_file(segment, data)
+        with self._lock:
+            self._read_segment(segment, data)
+
     def compact(self, partition_key: str) -> int:
         """Fold the batch's loose record objects into one segment, then delete them. Returns how many."""
         loose = sorted((n for n in self._list(f"{self.root}/{partition_key}") if n.endswith(".json")), key=object_id)
@@ -154,14 +163,31 @@ class ObjectLedger(Ledger):
         folded = [name for name in loose if name in fetched]
         if len(folded) < 2:
             return 0
-        header = json_bytes({"objects": [object_id(name) for name in folded]}) + b"\n"
-        data = header + b"".join(fetched[name].rstrip(b"\n") + b"\n" for name in folded)
-        segment = f"{self.root}/{partition_key}/{SEGMENT}{object_id(folded[-1])}-{self._writer}.jsonl"
-        self.fs.pipe_file(segment, data)  # before the deletes: a record is always somewhere
-        with self._lock:
-            self._read_segment(segment, data)
+        # The segment is written before the deletes: a record is always somewhere.
+        self.write_segment(partition_key, [object_id(name) for name in folded], [fetched[name] for name in folded])
         try:
             self.fs.rm(folded)
         except FileNotFoundError:
             pass  # another process folded and deleted some of them first: its segment holds them
         return len(folded)
+
+
+def upload_folder_ledger(raw_dir: Path, url: str) -> int:
+    """Copy a run folder's ledger (`raw/*.jsonl`) to object storage, one segment per batch, then set
+    the folder aside as `raw.uploaded-<time>`. Returns how many records were copied.
+
+    Records get ids below any time-based one, numbered in the order the folder ledger ranks them
+    (attempt, then read order), so the state of every sample is the same on both sides."""
+    read_order = [(path.stem, line) for path in sorted(raw_dir.glob("*.jsonl"))
+                  for line in path.read_bytes().splitlines(keepends=True) if line.endswith(b"\n") and line.strip()]
+    ranked = sorted(enumerate(read_order), key=lambda item: (json_loads(item[1][1]).get("attempt", 0), item[0]))
+    ledger = ObjectLedger(url)
+    by_partition: dict[str, tuple[list[str], list[bytes]]] = {}
+    for rank, (_, (partition, line)) in enumerate(ranked):
+        ids, lines = by_partition.setdefault(partition, ([], []))
+        ids.append(f"{rank:020d}-uploaded{ledger._writer}-000000")
+        lines.append(line)
+    for partition, (ids, lines) in sorted(by_partition.items()):
+        ledger.write_segment(partition, ids, lines)
+    raw_dir.rename(raw_dir.with_name(f"raw.uploaded-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
+    return len(ranked)

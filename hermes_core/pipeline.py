@@ -19,7 +19,7 @@ from hermes_core.dataset import Dataset, Sample, load_dataset
 from hermes_core.distributions import sample_toolsets
 from hermes_core.fileio import FileTableCache, append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.filters import Disposition
-from hermes_core.ledger import Batch, BatchPlan, Ledger
+from hermes_core.ledger import Batch, BatchPlan, Ledger, check_one_ledger
 from hermes_core.recipe import Recipe
 from hermes_core.records import RunContext, SampleJob
 from hermes_core.runner import run_jobs
@@ -55,6 +55,7 @@ class RunPaths:
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
     """Validate and key the dataset; save the sample table for the downstream steps."""
+    check_one_ledger(paths.root, paths.raw)
     dataset = load_dataset(
         recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
     )
@@ -158,6 +159,7 @@ def run_partitions(
     nothing to run), so its partition can be recorded while the others still run. Returns the
     outcomes and why the run stopped early (a signal or a budget: later samples did not start), if it did."""
     started = time.time()
+    check_one_ledger(paths.root, paths.raw)
     plan, ledger = BatchPlan(paths.batches), Ledger.load(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
     drawn = {a["sample_key"]: a for a in read_assignments(paths)}

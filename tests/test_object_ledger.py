@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from fsspec.core import url_to_fs
 
+from hermes_assets.cli import foundry_main
 from hermes_core.config import ledger_location
 from hermes_core.ledger import Ledger, has_records
-from hermes_core.object_ledger import ObjectLedger
+from hermes_core.object_ledger import ObjectLedger, upload_folder_ledger
 from s3_server import s3_endpoint, s3_ledger  # noqa: F401  (fixtures)
 from test_batch_cli import read_jsonl, write_dataset
 from test_ledger import record
@@ -88,6 +89,24 @@ def test_compaction_folds_a_batch_into_one_segment_and_no_reader_counts_twice() 
     assert set(ObjectLedger(url).latest) == {"a", "b", "c", "d"}  # a segment and a loose object
 
 
+def test_an_uploaded_folder_ledger_keeps_every_samples_state_and_spend(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    local = Ledger(raw)
+    local.append("b00001-x", {**record("a", disposition="failed_retryable"), "attempt": 1})
+    local.append("b00001-x", {**record("b"), "attempt": 1})
+    local.append("a00001-rebuilt", {**record("a", "a00001-rebuilt", calls=5), "attempt": 2})  # sorts first
+    local.append("b00002-y", record("c", "b00002-y", disposition="discarded"))  # from before attempts
+    expected = {key: summary["disposition"] for key, summary in local.latest.items()}
+    url = memory_url()
+    assert upload_folder_ledger(raw, url) == 4 and not raw.exists()
+    reader = ObjectLedger(url)
+    assert {key: summary["disposition"] for key, summary in reader.latest.items()} == expected
+    assert reader.spent == local.spent and reader.attempts("a") == 1
+    assert reader.record("a")["partition_key"] == "a00001-rebuilt"
+    ObjectLedger(url).append("b00001-x", {**record("b", disposition="failed_terminal"), "attempt": 2})
+    assert ObjectLedger(url).latest["b"]["disposition"] == "failed_terminal"  # new records rank after
+
+
 def test_ledger_location_follows_hermes_ledger_url(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("HERMES_LEDGER_URL", raising=False)
     assert ledger_location(tmp_path / "r1") == tmp_path / "r1" / "raw"
@@ -134,3 +153,23 @@ def test_a_run_killed_mid_way_resumes_from_s3_after_its_run_folder_is_lost(s3_le
     assert folded and all(name.rsplit("/", 1)[-1].startswith("segment-") for name in folded)  # one object per batch
     assert run(dataset, sim_server.base_url) == 0  # and once more: nothing is sent
     assert sum(sent.counts().values()) == sum(counts.values())
+
+
+def test_a_run_begun_in_its_folder_moves_to_the_bucket_without_paying_twice(s3_ledger, sim_server, isolated_homes,
+                                                                            monkeypatch, capsys):
+    rows = prompts(6, "moved")
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    monkeypatch.delenv("HERMES_LEDGER_URL")
+    assert run(dataset, sim_server.base_url) == 0  # the ledger in the run folder
+    monkeypatch.setenv("HERMES_LEDGER_URL", s3_ledger)
+    sent = Sent(sim_server)
+    assert run(dataset, sim_server.base_url) == 2
+    assert "hermes-foundry ledger-upload --run_name rs" in capsys.readouterr().err and not sent.counts()
+
+    assert foundry_main(["ledger-upload", "--run_name=rs"]) == 0
+    assert "copied 6 record(s)" in capsys.readouterr().out
+    run_dir = isolated_homes / "data" / "rs"
+    assert not (run_dir / "raw").exists() and len(list(run_dir.glob("raw.uploaded-*"))) == 1
+    assert run(dataset, sim_server.base_url) == 0 and not sent.counts()  # every sample was already done
+    assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 6
+    assert len(ObjectLedger(f"{s3_ledger}/rs").latest) == 6
