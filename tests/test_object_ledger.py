@@ -66,20 +66,29 @@ def test_an_older_attempt_seen_late_is_counted_but_is_not_the_state() -> None:
         assert reader.latest["a"]["partition_key"] == "a00001-rebuilt" and reader.spent["api_calls"] == 6
 
 
+class LostRace(ObjectLedger):
+    """A reader whose next listing was taken before a fold, and whose fetches come after it."""
+
+    stale_listing: list[str] | None = None
+
+    def _list(self, prefix: str) -> list[str]:
+        listing, self.stale_listing = self.stale_listing, None
+        return listing if listing is not None else super()._list(prefix)
+
+
 def test_compaction_folds_a_batch_into_one_segment_and_no_reader_counts_twice() -> None:
     url = memory_url()
-    writer, early, late = ObjectLedger(url), ObjectLedger(url), ObjectLedger(url)
+    writer, early, late = ObjectLedger(url), ObjectLedger(url), LostRace(url)
     for key, calls in (("a", 1), ("b", 2), ("c", 3)):
         writer.append("b00001-x", record(key, calls=calls))
     writer.append("b00001-x", {**record("a", calls=10), "row": {"tool_stats": {"t": 1}}})  # a's retry
     early.refresh()  # counted the loose objects before they were folded
     unaware = ObjectLedger(url)  # will read a record whose object was deleted since it looked
     fs, root = url_to_fs(url)
-    stale_listing = fs.find(root)
+    late.stale_listing = fs.find(root)
     assert writer.compact("b00001-x") == 4 and writer.compact("b00001-x") == 0
     [segment] = fs.find(root)
     assert segment.rsplit("/", 1)[-1].startswith("segment-")
-    late._list = lambda prefix, real=late._list: (late.__dict__.pop("_list"), stale_listing)[1]  # listed, then lost the race
     for reader in (writer, early.refresh(), late.refresh(), ObjectLedger(url)):
         assert set(reader.latest) == {"a", "b", "c"} and reader.spent["api_calls"] == 16
         assert reader.records_per_partition == {"b00001-x": 4}
