@@ -175,7 +175,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if dataset.invalid:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
-    check_one_ledger(run_dir(root, recipe.run_name), ledger_location(run_dir(root, recipe.run_name)))
+    check_one_ledger(run_dir(root, recipe.run_name))
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
     backend = pipeline.sandbox_backend(recipe)
     if not backend.isolated:

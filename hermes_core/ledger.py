@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from hermes_core.config import ledger_location
 from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads
 from hermes_core.filters import Disposition
 
@@ -108,7 +109,7 @@ class Ledger:
         with cls._loaded_lock:
             ledger = cls._loaded.get(key)
             if ledger is None:
-                ledger = cls._loaded[key] = open_ledger(location)
+                ledger = cls._loaded[key] = ledger_class(location)(location)
             cls._loaded.move_to_end(key)
             while len(cls._loaded) > cls.KEEP_LOADED:
                 cls._loaded.popitem(last=False)
@@ -211,6 +212,10 @@ class Ledger:
         """The whole latest record of one sample, or None."""
         return next((record for _, record in self.records([sample_key])), None)
 
+    @classmethod
+    def has_records(cls, raw_dir: Path) -> bool:
+        return raw_dir.is_dir() and any(path.stat().st_size for path in raw_dir.glob("*.jsonl"))
+
     def compact(self, partition_key: str) -> int:
         """Nothing to fold here: a partition's records already share one file (see ObjectLedger)."""
         return 0
@@ -225,32 +230,29 @@ class Ledger:
                 self.refresh()
 
 
-def open_ledger(location: Path | str) -> Ledger:
+def ledger_class(location: Path | str) -> type[Ledger]:
+    """The ledger kind at `location`: a folder, or an fsspec URL of object storage."""
     if isinstance(location, str):
         from hermes_core.object_ledger import ObjectLedger  # fsspec and its backends only when asked for
 
-        return ObjectLedger(location)
-    return Ledger(location)
+        return ObjectLedger
+    return Ledger
 
 
 def has_records(location: Path | str) -> bool:
     """Whether any sample of the ledger at `location` was recorded (without loading the records)."""
-    if isinstance(location, str):
-        from hermes_core.object_ledger import ObjectLedger
-
-        return ObjectLedger.has_records(location)
-    return location.is_dir() and any(path.stat().st_size for path in location.glob("*.jsonl"))
+    return ledger_class(location).has_records(location)
 
 
 class LedgerElsewhere(RuntimeError):
     """The run's records are in its folder, but its ledger is configured on object storage."""
 
 
-def check_one_ledger(run_root: Path, location: Path | str) -> None:
+def check_one_ledger(run_root: Path) -> None:
     """Refuse to run with the ledger on object storage while the run folder still holds records:
     the run would not see them and would pay for every finished sample again."""
-    folder = run_root / "raw"
-    if isinstance(location, str) and has_records(folder):
+    location, folder = ledger_location(run_root), run_root / "raw"
+    if isinstance(location, str) and Ledger.has_records(folder):
         raise LedgerElsewhere(
             f"{folder} holds this run's ledger records, but HERMES_LEDGER_URL puts its ledger at {location}: "
             f"copy them there first with `hermes-foundry ledger-upload --run_name {run_root.name}` "

@@ -55,7 +55,7 @@ class RunPaths:
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
     """Validate and key the dataset; save the sample table for the downstream steps."""
-    check_one_ledger(paths.root, paths.raw)
+    check_one_ledger(paths.root)
     dataset = load_dataset(
         recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
     )
@@ -159,7 +159,7 @@ def run_partitions(
     nothing to run), so its partition can be recorded while the others still run. Returns the
     outcomes and why the run stopped early (a signal or a budget: later samples did not start), if it did."""
     started = time.time()
-    check_one_ledger(paths.root, paths.raw)
+    check_one_ledger(paths.root)
     plan, ledger = BatchPlan(paths.batches), Ledger.load(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
     drawn = {a["sample_key"]: a for a in read_assignments(paths)}

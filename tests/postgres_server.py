@@ -6,7 +6,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -14,13 +13,10 @@ from typing import Iterator
 
 import pytest
 
+from procs import free_port
+
 PG_BIN = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)), None)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +29,7 @@ def postgres_url() -> Iterator[str]:
         owner = pwd.getpwnam("postgres")
         os.chown(folder, owner.pw_uid, owner.pw_gid)
         as_owner = ["runuser", "-u", "postgres", "--"]
-    port, data = _free_port(), folder / "data"
+    port, data = free_port(), folder / "data"
     subprocess.run([*as_owner, f"{PG_BIN}/initdb", "-D", str(data), "-A", "trust", "-U", "hermes"], check=True,
                    capture_output=True)
     subprocess.run([*as_owner, f"{PG_BIN}/pg_ctl", "-D", str(data), "-l", str(folder / "log"), "-w", "-o",

@@ -1,10 +1,12 @@
-"""Finding processes on the host by command line, to prove sandboxes left nothing running."""
+"""Finding processes on the host by command line (to prove sandboxes left nothing running), waiting,
+and free ports."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +27,13 @@ def processes_with(text: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (free to bind, or closed to connect to)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from hermes_core.compression import (
 from hermes_core.compression.tokens import TokenizerError
 from hermes_core.recipe import load_recipe
 from hermes_core.sharegpt import to_conversations
+from procs import free_port
 
 TERMINAL = {"name": "terminal", "description": "Run a shell command.",
             "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
@@ -185,14 +185,9 @@ def test_sample_percent_is_seeded_and_reproducible(tmp_path, sim_url):
     assert sampled(7, "a.jsonl") != sampled(8, "c.jsonl")
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def test_summariser_failure_keeps_rows_unchanged_with_the_reason(dataset, capsys):
-    url = f"http://127.0.0.1:{closed_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     assert compress(dataset, url, "--target_max_tokens=2000", "--max_retries=0") == 1
     assert "kept uncompressed" in capsys.readouterr().err
     for before, after in zip(read_rows(dataset), read_rows(dataset.with_name("trajectories.compressed.jsonl"))):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ import yaml
 from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
 from hermes_core.object_ledger import ObjectLedger
-from procs import wait_until
+from procs import free_port, wait_until
 from s3_server import CREDENTIALS, s3_endpoint, s3_ledger  # noqa: F401  (fixtures)
 from dagster_runs import DAGSTER, ROOT, launch, story, wait_for
 
@@ -187,7 +186,7 @@ def test_the_launcher_renders_each_run_as_a_job_whose_pod_runs_it(kube_api, s3_l
     image = f"{DEPLOYMENT['image']['repository']}:{DEPLOYMENT['image']['tag']}"
     server_env = {**os.environ, **{e["name"]: e["value"] for e in DEPLOYMENT["env"]}, **here,
                   "DAGSTER_CONTAINER_IMAGE": image, "DAGSTER_CONTAINER_CONTEXT": json.dumps(container_context())}
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([DAGSTER, "code-server", "start", "-h", "127.0.0.1", "-p", str(port),
                                *DEPLOYMENT["codeServerArgs"]], cwd=ROOT, env=server_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -224,11 +223,6 @@ def test_the_launcher_renders_each_run_as_a_job_whose_pod_runs_it(kube_api, s3_l
         server.terminate()
         server.wait(timeout=30)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _answers(port: int) -> bool:
