@@ -27,8 +27,10 @@ demo: install  ## the example dataset through the asset graph on the embedded si
 demo-local: local  ## the example dataset through a REAL local model (SmolLM2-135M, llama.cpp, offline)
 	VENV=$(VENV) scripts/demo_local.sh
 
-test: install
-	$(VENV)/bin/pytest
+# Installs and starts what the suite needs (system packages as root, test images, a private Docker
+# engine, the local model), then runs it; PYTEST_ARGS="-k name" selects tests.
+test: local
+	VENV=$(VENV) scripts/test.sh $(PYTEST_ARGS)
 
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml

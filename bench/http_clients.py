@@ -4,7 +4,7 @@
 
 Each session keeps one keep-alive connection and posts an agent-sized chat completion body
 `--calls` times; prints this process's CPU seconds per call for httpx and for aiohttp (what
-hermes_core.model_client uses). The endpoint's latency is 0.5 s, so sessions overlap as in a run.
+hermes_core.endpoints.model_client uses). The endpoint's latency is 0.5 s, so sessions overlap as in a run.
 """
 
 from __future__ import annotations

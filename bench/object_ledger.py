@@ -22,8 +22,8 @@ from fsspec.core import url_to_fs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_core.ledger import Ledger  # noqa: E402
-from hermes_core.object_ledger import ObjectLedger  # noqa: E402
+from hermes_core.batch.ledger import Ledger  # noqa: E402
+from hermes_core.batch.object_ledger import ObjectLedger  # noqa: E402
 
 
 def record(i: int) -> dict:

@@ -10,13 +10,14 @@ from typing import Any, Callable, Iterator
 
 import dagster as dg
 
-from hermes_core import pipeline
+from hermes_core.batch import pipeline
 from hermes_core.fileio import FileTableCache, json_loads
-from hermes_core.filters import Disposition
-from hermes_core.hf_loading import describe_error, load_with_datasets
-from hermes_core.ledger import BatchPlan, Ledger
-from hermes_core.pipeline import RunPaths
-from hermes_core.recipe import Recipe, run_dir
+from hermes_core.formats.filters import Disposition
+from hermes_core.formats.hf_loading import describe_error, load_with_datasets
+from hermes_core.batch.ledger import BatchPlan
+from hermes_core.batch.ledgers import open_ledger
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.run_assets import build_run_assets
 
 NO_REASONING_ENV = "HERMES_MAX_NO_REASONING_RATE"
@@ -71,7 +72,7 @@ def _parse_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
 def _finished_counts(paths: RunPaths) -> tuple[Counter[str], int]:
     """Final dispositions of the current dataset's samples, and how many the filters judged
     (kept + discarded: failed samples produced no trajectory, so they say nothing about quality)."""
-    ledger = Ledger.load(paths.raw)
+    ledger = open_ledger(paths.raw)
     counts: Counter[str] = Counter()
     for sample in pipeline.read_samples(paths):
         if ledger.is_done(sample.sample_key):
@@ -141,7 +142,7 @@ def _rate_check(label: str, disposition: str, env_name: str, default: float) -> 
 def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
     """Pending work (no final record yet, but in a batch) is a WARN; a sample in no batch and without
     a final record, a kept sample missing from the file, or a row of no current sample is an ERROR."""
-    ledger, batched = Ledger.load(paths.raw), BatchPlan(paths.batches).batch_of()
+    ledger, batched = open_ledger(paths.raw), BatchPlan(paths.batches).batch_of()
     samples = [s.sample_key for s in pipeline.read_samples(paths)]
     written = {row.get("sample_key") for row in _rows(paths.trajectories)[0]}
     states: Counter[str] = Counter()

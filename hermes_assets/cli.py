@@ -12,21 +12,22 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import hf_loading, pipeline
+from hermes_core.formats import hf_loading
+from hermes_core.batch import pipeline
 from hermes_core.config import Endpoint, data_root, ledger_location
-from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
-from hermes_core.dataset import DatasetError, load_dataset
+from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
+from hermes_core.batch.dataset import DatasetError, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
 from hermes_core.exports import add_export_arguments, run_export
-from hermes_core.distributions import DistributionError, format_distributions, load_distributions
-from hermes_core.pipeline import RunPaths
+from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
+from hermes_core.batch.pipeline import RunPaths
 from hermes_core.fileio import atomic_write_text
-from hermes_core.ledger import LedgerElsewhere, check_one_ledger
-from hermes_core.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
-from hermes_core.recipe import Recipe, RecipeError, run_dir, save_recipe
+from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
+from hermes_core.endpoints.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
+from hermes_core.batch.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
-from hermes_core.stats import format_summary
-from hermes_core.stopping import interrupt
+from hermes_core.batch.stats import format_summary
+from hermes_core.batch.stopping import interrupt
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.checks import build_run_checks, format_check_results
@@ -299,7 +300,7 @@ def upload_ledger(args: argparse.Namespace) -> int:
     if not (folder / "raw").is_dir():
         print(f"error: {folder / 'raw'} does not exist: nothing to copy", file=sys.stderr)
         return 2
-    from hermes_core.object_ledger import upload_folder_ledger  # fsspec only when asked for
+    from hermes_core.batch.object_ledger import upload_folder_ledger  # fsspec only when asked for
 
     copied = upload_folder_ledger(folder / "raw", target)
     print(f"copied {copied} record(s) to {target}; the folder's copy is kept beside it as raw.uploaded-*")
@@ -310,11 +311,9 @@ def foundry_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hermes-foundry", description="Hermes Foundry utilities.",
                                      epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    sim = commands.add_parser("sim-model", help="serve the SIMULATED OpenAI-compatible model (tests, demo)")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    sim.add_argument("--latency", type=float, default=0.0, help="seconds of delay per request")
-    sim.add_argument("--port-file", "--port_file", dest="port_file", help="write the bound port here")
+    commands.add_parser("sim-model", add_help=False, prefix_chars="\0",
+                        help="serve the SIMULATED OpenAI-compatible model (tests, demo; --help for its options)"
+                        ).add_argument("simulator_args", nargs=argparse.REMAINDER)
     serve_parser = commands.add_parser(
         "serve", help="OpenAI-compatible API server: each chat completion runs the full agent with its tools")
     add_serve_arguments(serve_parser)
@@ -346,7 +345,6 @@ def foundry_main(argv: list[str] | None = None) -> int:
 
         return serve_command(args)
     if args.command == "sim-model":
-        from hermes_core.simulated.server import serve
-
-        serve(args.host, args.port, args.latency, port_file=args.port_file)
+        # The simulator is a program of its own, reached over HTTP: the product never imports it.
+        os.execv(sys.executable, [sys.executable, "-m", "hermes_core.endpoints.simulated", *args.simulator_args])
     return 0

@@ -1,5 +1,5 @@
 """The optional `compressed_trajectories` asset of a run (SPEC §10): `filtered_trajectories` fitted
-into a token budget by `hermes_core.compression`.
+into a token budget by `hermes_core.formats.compression`.
 
 Enabled per run by the recipe's `compression` setting (true = defaults, or a mapping of settings:
 the `CompressionConfig` fields plus `model`, `base_url`, `tokenizer`), or for every run by
@@ -16,10 +16,10 @@ from typing import Any, Mapping, Optional
 import dagster as dg
 
 from hermes_core import __version__
-from hermes_core.compression import METRICS_FILE, CompressionConfig, compress_file, load_counter
+from hermes_core.formats.compression import METRICS_FILE, CompressionConfig, compress_file, load_counter
 from hermes_core.config import Endpoint
-from hermes_core.pipeline import RunPaths
-from hermes_core.recipe import Recipe, run_dir
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.metadata import bar_chart
 

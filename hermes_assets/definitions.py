@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_core.config import data_root
-from hermes_core.recipe import Recipe
+from hermes_core.batch.recipe import Recipe
 from hermes_assets.checks import build_run_checks
 from hermes_assets.compression_assets import build_compression_assets
 from hermes_assets.export_assets import build_export_assets

@@ -12,7 +12,7 @@ import dagster as dg
 
 from hermes_core import __version__
 from hermes_core.exports import REPO_ENV
-from hermes_core.recipe import Recipe, run_dir
+from hermes_core.batch.recipe import Recipe, run_dir
 
 
 def _schema(features: Any) -> dg.TableSchema:

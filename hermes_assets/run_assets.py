@@ -1,5 +1,5 @@
 """One asset group per run: prompts → toolset_assignments → raw_trajectories (batch partitions)
-→ filtered_trajectories → statistics. Assets are thin: they call `hermes_core.pipeline`."""
+→ filtered_trajectories → statistics. Assets are thin: they call `hermes_core.batch.pipeline`."""
 
 import queue
 import threading
@@ -8,11 +8,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import __version__, hf_loading, pipeline
-from hermes_core.pipeline import RunPaths
-from hermes_core.progress import Progress
-from hermes_core.recipe import Recipe, run_dir
-from hermes_core.stopping import graceful_signals
+from hermes_core import __version__
+from hermes_core.formats import hf_loading
+from hermes_core.batch import pipeline
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.progress import Progress
+from hermes_core.batch.recipe import Recipe, run_dir
+from hermes_core.batch.stopping import graceful_signals
 from hermes_assets.metadata import bar_chart
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe

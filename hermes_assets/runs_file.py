@@ -29,8 +29,8 @@ import yaml
 from hermes_assets.compression_assets import validate_compression_settings
 
 from hermes_core.config import ledger_location
-from hermes_core.ledger import has_records
-from hermes_core.recipe import Recipe, RecipeError, list_recipes, run_dir, save_recipe
+from hermes_core.batch.ledgers import has_records
+from hermes_core.batch.recipe import Recipe, RecipeError, list_recipes, run_dir, save_recipe
 
 RUNS_FILE_ENV = "HERMES_RUNS_FILE"
 DEFAULT_NAME = "runs.yaml"

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from hermes_core import pipeline
-from hermes_core.ledger import Ledger
-from hermes_core.pipeline import RunPaths
+from hermes_core.batch import pipeline
+from hermes_core.batch.ledgers import open_ledger
+from hermes_core.batch.pipeline import RunPaths
 from hermes_assets.compression_assets import recipe_compression
-from hermes_core.recipe import Recipe, run_dir
+from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.run_assets import batches_partitions
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
@@ -118,7 +118,7 @@ def _raw_requests(
     statuses = instance.get_status_by_partition(
         _key(recipe.run_name, "raw_trajectories"), [p for p in pending if p in known], partitions) or {}
     in_flight = [p for p in pending if statuses.get(p) == dg.AssetPartitionStatus.IN_PROGRESS]
-    recorded = Ledger.load(paths.raw).records_per_partition  # once per tick: a refresh lists the ledger
+    recorded = open_ledger(paths.raw).records_per_partition  # once per tick: a refresh lists the ledger
     requests = {}
     for partition in pending:
         if partition in in_flight:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+VERSION = "0.1.0"  # the code version written into every record (hermes_core.__version__)
 DEFAULT_MODEL = "hermes-sim"
 
 
@@ -20,7 +21,7 @@ class Endpoint:
     max_retries: int = 5
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
-    max_concurrent_requests: int = 0  # across every process of this machine; 0: no cap (hermes_core.limiter)
+    max_concurrent_requests: int = 0  # across every process of this machine; 0: no cap (hermes_core.endpoints.limiter)
 
     @classmethod
     def resolve(

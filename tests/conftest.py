@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_core.simulated import SimulatedModelServer
+from hermes_core.endpoints.simulated import SimulatedModelServer
 
 
 @pytest.fixture(scope="session")

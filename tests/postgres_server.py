@@ -22,7 +22,7 @@ PG_BIN = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True))
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
     if PG_BIN is None:
-        pytest.skip("PostgreSQL is not installed (Debian's postgresql; .ci/run installs it)")
+        pytest.skip("PostgreSQL is not installed (Debian's postgresql: `make test` installs it when run as root)")
     folder = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
     as_owner: list[str] = []
     if os.getuid() == 0:  # PostgreSQL refuses to run as root: run it as the package's user

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hermes_core.agent import AIAgent
+from hermes_core.agent.loop import AIAgent
 from hermes_core.sandbox import get_backend
 from hermes_core.api_server.settings import ApiServerSettings
 from hermes_core.api_server.streaming import Completion, error_body, run_error, stream_run

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
-from hermes_core.constrained import NATIVE, TOOL_CALL_MODES
+from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.config import Endpoint
 
 ENV_FILE_VAR = "HERMES_ENV_FILE"
@@ -63,7 +63,7 @@ class ApiServerSettings:
     max_iterations: int = 90
     keepalive_s: float = 15.0
     sandbox_backend: str | None = None  # None: $HERMES_TERMINAL_BACKEND or "local"
-    tool_call_mode: str = NATIVE  # constrained: tools through a JSON-schema reply (hermes_core.constrained)
+    tool_call_mode: str = NATIVE  # constrained: tools through a JSON-schema reply (hermes_core.endpoints.constrained)
 
     def __post_init__(self) -> None:
         if len(self.key or "") < MIN_KEY_LENGTH:
@@ -82,7 +82,7 @@ class ApiServerSettings:
         for origin in self.cors_origins:
             _check_origin(origin)
         if self.toolsets is not None:
-            from hermes_core.agent import resolve_toolsets  # the agent's own check: same names, same error
+            from hermes_core.agent.loop import resolve_toolsets  # the agent's own check: same names, same error
 
             try:
                 resolve_toolsets(list(self.toolsets), None)

@@ -21,98 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import uuid
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
 
-from hermes_core.fileio import fsync_path
-from hermes_core.filters import Disposition
-from hermes_core.pipeline import RunPaths, current_records
+from hermes_core.exports.rows import (DISCARDED, ExportError, ExportPaths, ExportRow, atomic_path, collect_rows,
+                                      to_dataset)
 
 FORMATS = ("hf", "parquet", "trl")
 REPO_ENV = "HERMES_HF_REPO"  # with a token (HF_TOKEN or `hf auth login`), exports are pushed there
-DISCARDED = frozenset({Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL,
-                       Disposition.DISCARDED_INCOMPLETE})
-
-
-class ExportError(ValueError):
-    """The run cannot be exported (no such run, nothing planned, no token for a push...)."""
-
-
-class ExportPaths:
-    """Where the exports of one run live (see the module docstring)."""
-
-    def __init__(self, run_dir: Path, include_discarded: bool = False):
-        self.run = RunPaths(Path(run_dir))
-        self.include_discarded = include_discarded
-        self.root = self.run.root / "with_discarded" if include_discarded else self.run.root
-        self.hf = self.root / "hf"
-        self.parquet = self.root / "trajectories.parquet"
-        self.card = self.root / "DATASET_CARD.md"
-        self.trl = self.root / "trl"
-        self.trl_jsonl = self.trl / "messages.jsonl"
-        self.trl_parquet = self.trl / "messages.parquet"
-
-
-@dataclass(frozen=True)
-class ExportRow:
-    row: dict[str, Any]  # the §8.1 row, `prompt_index` as of the dataset now
-    disposition: str
-    messages: list[dict[str, Any]] | None  # the agent's OpenAI messages, when the ledger recorded them
-
-
-def collect_rows(paths: RunPaths, include_discarded: bool = False) -> list[ExportRow]:
-    """Kept (and optionally discarded) samples of the current dataset, in prompt order."""
-    if not paths.prompts.is_file():
-        raise ExportError(f"{paths.root}: no planned run here (run hermes-batch, or materialize its prompts)")
-    wanted = {Disposition.KEPT} | (DISCARDED if include_discarded else set())
-    return [
-        ExportRow({**record["row"], "prompt_index": sample.prompt_index}, record["disposition"], record.get("messages"))
-        for sample, record in current_records(paths)
-        if record["disposition"] in wanted and record.get("row") is not None
-    ]
-
-
-def to_dataset(rows: list[dict[str, Any]], features: Any) -> Any:
-    """A `datasets.Dataset` of exactly `features` (a `datasets.Features`), built through an Arrow table of
-    that schema so no column type is inferred from the data."""
-    import datasets
-    import pyarrow as pa
-
-    return datasets.Dataset(pa.Table.from_pylist(rows, schema=features.arrow_schema))
-
-
-@contextmanager
-def atomic_path(final: Path, directory: bool = False) -> Iterator[Path]:
-    """A temp path beside `final` to write into; on success it replaces `final` (fsync'd first), on
-    error it is removed and `final` is untouched. A folder cannot be renamed over a non-empty one, so
-    the old folder is moved aside first: the only window shows no folder, never a partial one."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        yield tmp
-        for file in (p for p in tmp.rglob("*") if p.is_file()) if directory else [tmp]:
-            fsync_path(file)
-        if directory:
-            fsync_path(tmp)
-            old = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.old"
-            if final.exists():
-                os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        fsync_path(final.parent)
-    except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def export_run(run_dir: Path, formats: tuple[str, ...] = FORMATS, include_discarded: bool = False,

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hermes_core import __version__
-from hermes_core.distributions import DistributionError
-from hermes_core.exports import ExportPaths, ExportRow
-from hermes_core.filters import Disposition
-from hermes_core.pipeline import served_by_simulator
-from hermes_core.recipe import Recipe
+from hermes_core.config import VERSION
+from hermes_core.tools.distributions import DistributionError
+from hermes_core.exports.rows import ExportPaths, ExportRow
+from hermes_core.formats.filters import Disposition
+from hermes_core.batch.pipeline import served_by_simulator
+from hermes_core.batch.recipe import Recipe
 
 if TYPE_CHECKING:
     import datasets
@@ -133,7 +133,7 @@ def render_card(paths: ExportPaths, items: list[ExportRow], *, features: "datase
               f"- rows: {len(items)}",
               f"- content sha256 (exported rows as canonical JSON lines): `{sha256}`",
               f"- input dataset sha256: `{dataset_sha}`",
-              f"- code version: `{__version__}` (export); rows written by {', '.join(versions) or 'unknown'}",
+              f"- code version: `{VERSION}` (export); rows written by {', '.join(versions) or 'unknown'}",
               "- every row's `metadata` names its Dagster run, partition, recipe fingerprint and dataset sha256",
               "", "## Schema", "",
               "One fixed schema on every row. JSON strings where types vary between rows: `id`, `extra`, "

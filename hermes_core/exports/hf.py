@@ -29,7 +29,7 @@ from typing import Any
 import datasets
 from huggingface_hub import HfApi, get_token
 
-from hermes_core.exports import ExportError, ExportPaths, ExportRow, atomic_path, collect_rows, to_dataset
+from hermes_core.exports.rows import ExportError, ExportPaths, ExportRow, atomic_path, collect_rows, to_dataset
 from hermes_core.exports.card import render_card
 from hermes_core.exports.trl import export_trl, tool_definitions
 from hermes_core.fileio import atomic_write_text

@@ -30,10 +30,10 @@ from typing import Any
 
 import datasets
 
-from hermes_core.exports import ExportPaths, ExportRow, atomic_path, collect_rows, to_dataset
+from hermes_core.exports.rows import ExportPaths, ExportRow, atomic_path, collect_rows, to_dataset
 from hermes_core.fileio import atomic_write_jsonl
-from hermes_core.sharegpt import _text as content_text
-from hermes_core.sharegpt import hermes_system_prompt
+from hermes_core.formats.sharegpt import _text as content_text
+from hermes_core.formats.sharegpt import hermes_system_prompt
 
 _THINK = re.compile(r"\A<think>\n?(.*?)\n?</think>\n?", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal
 
-from hermes_core import images, web
-from hermes_core.browser import BrowserError, Page, shared_browser
+from hermes_core.tools import images, web
+from hermes_core.tools.browser import BrowserError, Page, shared_browser
 from hermes_core.tools.backends import BackendError, ToolBackends
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 

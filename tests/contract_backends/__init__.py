@@ -1,4 +1,4 @@
-"""Backends under the sandbox contract suite (tests/test_sandbox_contract.py).
+"""Backends under the sandbox contract suite (tests/sandbox/test_sandbox_contract.py).
 
 Each module here is named after a backend and defines:
 

@@ -1,0 +1,116 @@
+"""Run statistics (SPEC §9) over the whole run — every partition and every past invocation."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from hermes_core.formats.filters import Disposition
+from hermes_core.batch.ledger import Ledger
+from hermes_core.batch.recipe import Recipe
+
+DISPOSITIONS = (Disposition.KEPT, Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL, Disposition.DISCARDED_INCOMPLETE, Disposition.FAILED_RETRYABLE,
+                Disposition.FAILED_TERMINAL)
+
+
+def _rate(part: int, whole: int) -> float:
+    return round(100.0 * part / whole, 2) if whole else 0.0
+
+
+def compute_statistics(
+    recipe: Recipe,
+    sample_toolsets: dict[str, list[str]],
+    ledger: Ledger,
+    *,
+    invalid_input_lines: int,
+    total_batches: int,
+    duration_seconds: float,
+    reaped_leftovers: int = 0,
+    sandbox_backend: str = "local",
+) -> dict[str, Any]:
+    """`sample_toolsets` maps every sample key of the dataset as loaded now to its drawn toolsets."""
+    records = [ledger.latest[key] for key in sample_toolsets if key in ledger.latest]
+    counts = Counter(record["disposition"] for record in records)
+    tools: dict[str, dict[str, int]] = {}
+    turns = with_reasoning = 0
+    for record in records:  # ledger summaries: `tool_stats` is the row's
+        if not record["has_row"]:
+            continue
+        for name, stat in record["tool_stats"].items():
+            total = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
+            for key in total:
+                total[key] += stat[key]
+        turns += record["reasoning_turns"][0]
+        with_reasoning += record["reasoning_turns"][1]
+    finished = sum(counts[d] for d in DISPOSITIONS if d != Disposition.FAILED_RETRYABLE)
+    return {
+        "run_name": recipe.run_name,
+        "distribution": recipe.distribution,
+        "model": recipe.model,
+        "tool_call_mode": recipe.tool_call_mode,
+        "total_prompts": len(sample_toolsets),
+        "total_batches": total_batches,
+        "batch_size": recipe.batch_size,
+        "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration_seconds": round(duration_seconds, 3),
+        "counts": {
+            **{d: counts[d] for d in DISPOSITIONS},
+            "invalid_input_lines": invalid_input_lines,
+            "pending": len(sample_toolsets) - len(records) + counts[Disposition.FAILED_RETRYABLE],
+        },
+        "tool_statistics": {
+            name: {**s, "success_rate": _rate(s["success"], s["count"]), "failure_rate": _rate(s["failure"], s["count"])}
+            for name, s in tools.items()
+        },
+        "reasoning_statistics": {
+            "total_assistant_turns": turns,
+            "turns_with_reasoning": with_reasoning,
+            "turns_without_reasoning": turns - with_reasoning,
+            "coverage_pct": _rate(with_reasoning, turns),
+        },
+        "toolset_statistics": dict(Counter(t for toolsets in sample_toolsets.values() for t in toolsets).most_common()),
+        "toolsets_lost_samples": sum(1 for r in records if r.get("toolsets_lost")),
+        "api_calls": ledger.spent["api_calls"],
+        "usage": {k: ledger.spent[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "sandbox": {
+            "backend": sandbox_backend,
+            "created": ledger.spent["sandboxes_created"],  # every attempt's sandbox, not only the latest
+            "failed": ledger.spent["sandboxes_failed"],
+            "reaped_leftovers": reaped_leftovers,
+        },
+        "throughput": {"samples_per_min": round(60.0 * finished / duration_seconds, 2) if duration_seconds else 0.0},
+    }
+
+
+def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bool = False) -> str:
+    """The console summary printed at the end of every CLI run."""
+    lines = [f"Run {stats['run_name']!r}: model {stats['model']}"
+             + ("  [SIMULATED model endpoint — not real model output]" if simulated else ""),
+             f"  distribution {stats['distribution']}, {stats['total_prompts']} prompts in "
+             f"{stats['total_batches']} batches of ≤{stats['batch_size']}"
+             + ("; tool calls through JSON-schema constrained replies" if stats.get("tool_call_mode") == "constrained"
+                else ""), ""]
+    table = sorted(stats["tool_statistics"].items(), key=lambda item: (-item[1]["count"], item[0]))
+    used = [(name, s) for name, s in table if s["count"]]
+    if used:
+        lines.append(f"  {'tool':<22}{'count':>7}{'success':>9}{'failure':>9}{'success %':>11}")
+        lines += [f"  {n:<22}{s['count']:>7}{s['success']:>9}{s['failure']:>9}{s['success_rate']:>10.1f}%" for n, s in used]
+    else:
+        lines.append("  no tool calls")
+    reasoning = stats["reasoning_statistics"]
+    counts = stats["counts"]
+    lines += [
+        "",
+        f"  reasoning coverage: {reasoning['coverage_pct']:.1f}% of {reasoning['total_assistant_turns']} assistant turns",
+        f"  kept {counts['kept']}; discarded: no reasoning {counts['discarded_no_reasoning']}, "
+        f"hallucinated tool {counts['discarded_hallucinated_tool']}, incomplete {counts['discarded_incomplete']}",
+        f"  failed: retryable {counts['failed_retryable']} (re-run the command to resume), "
+        f"terminal {counts['failed_terminal']}; invalid input lines {counts['invalid_input_lines']}; "
+        f"pending {counts['pending']}",
+        f"  api calls {stats['api_calls']}, tokens {stats['usage']['total_tokens']}, "
+        f"time {stats['duration_seconds']:.1f}s, {stats['throughput']['samples_per_min']} samples/min",
+        "",
+    ]
+    lines += [f"  {label}: {path}" for label, path in outputs.items()]
+    return "\n".join(lines)

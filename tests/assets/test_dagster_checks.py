@@ -1,0 +1,165 @@
+"""Asset checks of `filtered_trajectories`, run on real run folders produced by `hermes-batch`
+against the simulated endpoint, in the Dagster instance the CLI used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from hermes_assets.checks import (
+    build_run_assets_and_checks, build_run_checks, format_check_results, rate_threshold,
+)
+from hermes_assets.cli import batch_main
+from hermes_assets.resources import ModelEndpointResource
+from hermes_core.config import data_root
+from hermes_core.batch.recipe import load_recipe
+
+PROMPTS = [{"prompt": f"Run a command that prints {i}", "id": f"p{i}"} for i in range(4)]
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def cli(dataset: Path, url: str, *extra: str, run_name: str = "t1") -> int:
+    return batch_main([f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
+                       "--batch_size=2", "--num_workers=3", "--distribution=terminal_only", *extra])
+
+
+def run_checks(run_name: str = "t1", *, with_asset: bool = False) -> dict[str, dg.AssetCheckEvaluation]:
+    """Execute the run's checks in the CLI's instance: alone (the files as they are on disk), or
+    together with `filtered_trajectories` (which rewrites trajectories.jsonl first)."""
+    root = data_root()
+    assets, checks = build_run_assets_and_checks(load_recipe(root, run_name), root)
+    target = dg.AssetKey([run_name, "filtered_trajectories"])
+    selection = [target] if with_asset else dg.AssetSelection.checks_for_assets(target)
+    result = dg.materialize([*assets, *checks], selection=selection, instance=dg.DagsterInstance.get(),
+                            resources={"model_endpoint": ModelEndpointResource()})
+    assert result.success  # a failed check never fails the run: it is reported
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def meta(evaluation: dg.AssetCheckEvaluation) -> dict:
+    return {key: value.value for key, value in evaluation.metadata.items()}
+
+
+def test_checks_pass_on_a_clean_run_and_report_their_numbers(isolated_homes, sim_url):
+    import datasets
+
+    hf_cache = Path(datasets.config.HF_DATASETS_CACHE)
+    before = set(hf_cache.rglob("*")) if hf_cache.exists() else set()
+    assert cli(write_rows(isolated_homes / "d.jsonl", PROMPTS + [{"prompt": "Say hi", "x": 2}]), sim_url) == 0
+    results = run_checks(with_asset=True)
+    assert set(results) == {"loads_with_hf_datasets", "no_duplicate_sample_keys", "every_sample_accounted_for",
+                            "no_reasoning_rate", "hallucination_rate"}
+    assert all(e.passed for e in results.values()), {n: e.description for n, e in results.items()}
+    loaded = meta(results["loads_with_hf_datasets"])
+    assert loaded["rows"] == loaded["expected_rows"] == 5 and "conversations" in loaded["columns"]
+    assert meta(results["every_sample_accounted_for"])["finished"] == 5
+    assert meta(results["no_reasoning_rate"])["judged_samples"] == 5
+    assert (set(hf_cache.rglob("*")) if hf_cache.exists() else set()) == before  # the user's HF cache untouched
+
+
+def test_duplicate_rows_fail_two_checks(isolated_homes, sim_url):
+    assert cli(write_rows(isolated_homes / "d.jsonl", PROMPTS), sim_url) == 0
+    trajectories = data_root() / "t1" / "trajectories.jsonl"
+    first = trajectories.read_text().splitlines()[0]
+    trajectories.write_text(trajectories.read_text() + first + "\n")  # a bad merge, by hand
+    results = run_checks()
+    duplicates = results["no_duplicate_sample_keys"]
+    assert not duplicates.passed and duplicates.severity == dg.AssetCheckSeverity.ERROR
+    assert meta(duplicates)["duplicated_keys"] == 1 and meta(duplicates)["extra_rows"] == 1
+    loaded = results["loads_with_hf_datasets"]
+    assert not loaded.passed and (meta(loaded)["rows"], meta(loaded)["expected_rows"]) == (5, 4)
+
+
+def test_mixed_types_and_broken_lines_fail_the_datasets_check(isolated_homes, sim_url):
+    assert cli(write_rows(isolated_homes / "d.jsonl", PROMPTS[:2]), sim_url) == 0
+    trajectories = data_root() / "t1" / "trajectories.jsonl"
+    rows = [json.loads(line) for line in trajectories.read_text().splitlines()]
+    rows[1]["api_calls"] = {"not": "a number"}  # datasets loads it, but as an untyped Json column
+    rows[1]["extra"] = {"x": [1]}  # user data may vary: allowed
+    rows[0]["extra"] = {"x": "one"}
+    trajectories.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = run_checks()["loads_with_hf_datasets"]
+    assert not loaded.passed and "api_calls" in loaded.description and "extra" not in loaded.description
+    assert meta(loaded)["mixed_type_columns"] == "api_calls, extra"
+
+    trajectories.write_text(trajectories.read_text() + "{torn line\n")
+    results = run_checks()
+    loaded = results["loads_with_hf_datasets"]
+    assert not loaded.passed and meta(loaded)["error"] and meta(loaded)["unreadable_lines"] == 1
+    assert meta(results["no_duplicate_sample_keys"])["unreadable_lines"] == 1
+
+
+def test_rates_count_discarded_over_judged_samples(isolated_homes, sim_url, monkeypatch):
+    rows = [{"prompt": f"Explain {topic} [sim:no-reasoning]"} for topic in ("tides", "rain", "wind")]
+    rows.append({"prompt": "Run ls [sim:hallucinate]"})
+    dataset = write_rows(isolated_homes / "d.jsonl", rows)
+    assert cli(dataset, sim_url) == 0
+    results = run_checks()
+    no_reasoning, hallucination = results["no_reasoning_rate"], results["hallucination_rate"]
+    assert not no_reasoning.passed and no_reasoning.severity == dg.AssetCheckSeverity.WARN
+    # discarded ÷ judged (kept + discarded): 3 of 4 > 0.5 and 1 of 4 > 0.2, the defaults
+    assert (meta(no_reasoning)["discarded"], meta(no_reasoning)["judged_samples"]) == (3, 4)
+    assert meta(no_reasoning)["rate"] == 0.75 and meta(no_reasoning)["threshold"] == 0.5
+    assert not hallucination.passed and meta(hallucination)["rate"] == 0.25
+
+    monkeypatch.setenv("HERMES_MAX_NO_REASONING_RATE", "0.8")
+    monkeypatch.setenv("HERMES_MAX_HALLUCINATION_RATE", "0.3")
+    results = run_checks()  # thresholds are read when the check runs
+    assert results["no_reasoning_rate"].passed and results["hallucination_rate"].passed
+    assert meta(results["no_reasoning_rate"])["threshold"] == 0.8
+
+    # With the filter off, the same prompts are kept: the no-reasoning rate is 0, not a failure.
+    monkeypatch.delenv("HERMES_MAX_NO_REASONING_RATE")
+    assert cli(dataset, sim_url, "--reasoning_disabled", run_name="t2") == 0
+    kept = run_checks("t2")["no_reasoning_rate"]
+    assert kept.passed and meta(kept)["discarded"] == 0 and meta(kept)["judged_samples"] == 4
+    assert json.loads((data_root() / "t2" / "statistics.json").read_text())["counts"]["kept"] == 3
+
+
+def test_pending_samples_warn_and_unplanned_samples_fail(isolated_homes, sim_url):
+    dataset = write_rows(isolated_homes / "d.jsonl", PROMPTS[:2] + [{"prompt": "Run ls [sim:always-fail]"}])
+    assert cli(dataset, sim_url, "--max_attempts=3", "--max_retries=0") == 1
+    accounted = run_checks()["every_sample_accounted_for"]
+    assert not accounted.passed and accounted.severity == dg.AssetCheckSeverity.WARN
+    assert (meta(accounted)["pending"], meta(accounted)["unaccounted"], meta(accounted)["finished"]) == (1, 0, 2)
+
+    # New rows loaded by `prompts` but never planned by `toolset_assignments`: nobody will run them.
+    write_rows(dataset, PROMPTS[:2] + [{"prompt": "Run ls [sim:always-fail]"}, {"prompt": "A new row"}])
+    root = data_root()
+    assets, checks = build_run_assets_and_checks(load_recipe(root, "t1"), root)
+    dg.materialize(assets, selection=[dg.AssetKey(["t1", "prompts"])], instance=dg.DagsterInstance.get(),
+                   resources={"model_endpoint": ModelEndpointResource()})
+    accounted = run_checks()["every_sample_accounted_for"]
+    assert not accounted.passed and accounted.severity == dg.AssetCheckSeverity.ERROR
+    assert meta(accounted)["unaccounted"] == 1 and meta(accounted)["samples"] == 4
+
+
+def test_format_check_results_lists_only_failures(isolated_homes, sim_url):
+    assert cli(write_rows(isolated_homes / "d.jsonl", [{"prompt": "Explain [sim:no-reasoning]"}]), sim_url) == 0
+    root = data_root()
+    assets, checks = build_run_assets_and_checks(load_recipe(root, "t1"), root)
+    result = dg.materialize([*assets, *checks], selection=[dg.AssetKey(["t1", "filtered_trajectories"])],
+                            instance=dg.DagsterInstance.get(), resources={"model_endpoint": ModelEndpointResource()})
+    lines = format_check_results(result)
+    assert lines == [line for line in lines if line.startswith("check ")]
+    assert any("no_reasoning_rate (warning)" in line for line in lines)
+    assert not any("no_duplicate_sample_keys" in line for line in lines)
+    assert sum(len(list(c.check_keys)) for c in build_run_checks(load_recipe(root, "t1"), root)) == 5
+
+
+def test_rate_threshold_validation(monkeypatch):
+    monkeypatch.setenv("HERMES_MAX_HALLUCINATION_RATE", "lots")
+    with pytest.raises(ValueError, match="HERMES_MAX_HALLUCINATION_RATE"):
+        rate_threshold("HERMES_MAX_HALLUCINATION_RATE", 0.2)
+    monkeypatch.setenv("HERMES_MAX_HALLUCINATION_RATE", "1.5")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        rate_threshold("HERMES_MAX_HALLUCINATION_RATE", 0.2)
+    monkeypatch.setenv("HERMES_MAX_HALLUCINATION_RATE", "")
+    assert rate_threshold("HERMES_MAX_HALLUCINATION_RATE", 0.2) == 0.2
