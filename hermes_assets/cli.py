@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import sys
 import threading
 import warnings
@@ -14,25 +15,28 @@ import dagster as dg
 
 from hermes_core.formats import hf_loading
 from hermes_core.batch import pipeline
-from hermes_core.config import Endpoint, data_root, ledger_location
+from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, data_root, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
-from hermes_core.batch.dataset import DatasetError, load_dataset
+from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
+from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
 from hermes_core.exports import add_export_arguments, run_export
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
+from hermes_core.batch.writer_lock import RunBusy, claim_run, release_claims
 from hermes_core.endpoints.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
 from hermes_core.batch.stats import format_summary
 from hermes_core.batch.stopping import interrupt
 from hermes_assets.instance import get_instance
-from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.checks import build_run_checks, format_check_results
 from hermes_assets.compression_assets import build_compression_assets
 from hermes_assets.run_assets import build_run_assets
+from hermes_assets.slots import process_tags, wait_for_slot
 
 ENVIRONMENT_HELP = """
 environment (flags win):
@@ -90,6 +94,15 @@ def _batch_parser() -> argparse.ArgumentParser:
                    "$HERMES_MAX_CONCURRENT_REQUESTS or no cap); a 429 also slows this run down, then it recovers")
     p.add_argument("--max_retries", type=int, default=5,
                    help="retries of one model call on 429/5xx/timeouts, with exponential backoff (default 5)")
+    p.add_argument("--request_timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S,
+                   help="seconds a model call waits to connect, and for each part of the answer, before it fails "
+                   f"and is retried (default {DEFAULT_REQUEST_TIMEOUT_S:g})")
+    p.add_argument("--sample_timeout", type=float, default=DEFAULT_SAMPLE_TIMEOUT_S,
+                   help="a sample's deadline in seconds: no model call starts or runs past it, and the sample "
+                   f"fails (retryable); 0: no deadline (default {DEFAULT_SAMPLE_TIMEOUT_S:g})")
+    p.add_argument("--no_preflight", "--no-preflight", dest="preflight", action="store_false",
+                   help="skip the pre-flight request (GET /models, or a 1-token completion when the model is not "
+                   "listed there) that refuses a wrong key, base URL or model before any sample is sent")
     p.add_argument("--skip-invalid", "--skip_invalid", dest="skip_invalid", action="store_true",
                    help="skip invalid dataset lines (reported) instead of refusing the dataset")
     p.add_argument("--stream", action="store_true", help="use streaming responses from the endpoint")
@@ -121,9 +134,10 @@ def _batch_parser() -> argparse.ArgumentParser:
 
 
 def _materialize(instance: dg.DagsterInstance, assets: list, selection: list[dg.AssetKey], resources: dict,
-                 **options) -> dg.ExecuteInProcessResult:
+                 tags: dict[str, str] | None = None, **options) -> dg.ExecuteInProcessResult:
+    # The run names this process, so that if it dies the next run can fail it and free its slot.
     return dg.materialize(assets, selection=selection, instance=instance, resources=resources,
-                          raise_on_error=False, **options)
+                          raise_on_error=False, tags={**(tags or {}), **process_tags()}, **options)
 
 
 def _first_error(result: dg.ExecuteInProcessResult) -> str:
@@ -132,7 +146,8 @@ def _first_error(result: dg.ExecuteInProcessResult) -> str:
             error = event.step_failure_data.error
             while error.cause and error.message.startswith("dagster."):
                 error = error.cause
-            return error.message.strip()
+            # "dagster._core.definitions.events.Failure: 3 sample(s) failed ..." -> what follows the class
+            return re.sub(r"^dagster\.[\w.]+: ", "", error.message.strip())
     return "the Dagster run failed"
 
 
@@ -156,7 +171,7 @@ def run_batch(args: argparse.Namespace) -> int:
         os.environ["HERMES_LEDGER_URL"] = args.ledger_url
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
     recipe = Recipe(
-        run_name=args.run_name, dataset_file=str(Path(args.dataset_file).resolve()), model=endpoint.model,
+        run_name=args.run_name, dataset_file=str(dataset_path(args.dataset_file)), model=endpoint.model,
         base_url=endpoint.base_url, distribution=args.distribution,
         distributions_file=str(Path(args.distributions_file).resolve()) if args.distributions_file else None,
         seed=args.seed, max_turns=args.max_turns, ephemeral_system_prompt=args.ephemeral_system_prompt,
@@ -169,6 +184,8 @@ def run_batch(args: argparse.Namespace) -> int:
         max_tokens_total=args.max_tokens_total, max_sample_cost_usd=args.max_sample_cost_usd,
         max_sample_tokens=args.max_sample_tokens,
         price_table=str(Path(args.price_table).resolve()) if args.price_table else None, compression=_compression_flags(args),
+        request_timeout_s=args.request_timeout, sample_timeout_s=args.sample_timeout or None,
+        endpoint_preflight=args.preflight,
     )
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
@@ -176,6 +193,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if dataset.invalid:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
+    claim_run(run_dir(root, recipe.run_name))  # one writer per run: another process on it is refused here
     check_one_ledger(run_dir(root, recipe.run_name))
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
     backend = pipeline.sandbox_backend(recipe)
@@ -186,7 +204,8 @@ def run_batch(args: argparse.Namespace) -> int:
     assets = build_run_assets(recipe, root) + build_compression_assets(recipe, root)
     keys = {a.key.path[-1]: a.key for a in assets}
     checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
-    logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "ERROR"}}}}
+    # Without --verbose Dagster prints nothing: each failure is reported below in one line, not as its stack trace.
+    logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}}}
     resources = {"model_endpoint": ModelEndpointResource(
         base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries,
         max_concurrent_requests=args.max_concurrent_requests)}
@@ -200,8 +219,15 @@ def run_batch(args: argparse.Namespace) -> int:
         print(todo.describe())
         return 0
     pending = todo.partitions
+    if pending and recipe.endpoint_preflight:
+        try:
+            preflight(recipe.with_timeouts(endpoint))  # before Dagster: a bad endpoint is one line, not a failed run
+        except EndpointConfigError as exc:
+            print(f"error: {exc}. No sample was sent; fix it and run the same command.", file=sys.stderr)
+            return 2
     raw_ok = True
     if pending:
+        wait_for_slot(instance, MODEL_POOL)  # Ctrl-C while waiting: KeyboardInterrupt, nothing was spent
         raw = _materialize(
             instance, assets, [keys["raw_trajectories"]], resources,
             run_config={**logs, "ops": {f"{recipe.run_name}__raw_trajectories": {
@@ -224,6 +250,10 @@ def run_batch(args: argparse.Namespace) -> int:
                "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}
     print(format_summary(stats, outputs, simulated=pipeline.served_by_simulator(paths)))
     stopped = pipeline.last_stop(paths) if pending else None
+    if is_config_error(stopped):
+        print(f"\nerror: {stopped}. The run stopped, as every later sample would fail the same way; fix it and "
+              "run the same command to resume.", file=sys.stderr)
+        return 2
     if stopped:
         print(f"\nstopped early: {stopped}. Samples in flight finished and are saved; run the same command to "
               "resume (raise the budget first if it was one).", file=sys.stderr)
@@ -237,6 +267,12 @@ def _tune_gc() -> None:
     the imports are frozen out of collections, and young collections run every 50k allocations."""
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError as one line naming the path(s): "/data/x/run: Not a directory"."""
+    paths = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    return f"{paths}: {exc.strerror}" if paths and exc.strerror else str(exc)
 
 
 def batch_main(argv: list[str] | None = None) -> int:
@@ -253,13 +289,17 @@ def batch_main(argv: list[str] | None = None) -> int:
         if missing:
             parser.error("missing " + ", ".join(f"--{flag}" for flag in missing))
         return run_batch(args)
-    except (DatasetError, RecipeError, DistributionError, LedgerElsewhere, ValueError) as exc:
+    except (DatasetError, RecipeError, DistributionError, LedgerElsewhere, RunBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user gave that cannot be used (e.g. --output_dir is a file): no traceback
+        print(f"error: {_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted: finished samples are saved; run the same command again to resume", file=sys.stderr)
         return 130
     finally:
+        release_claims()
         hf_loading.stop_loader()
 
 

@@ -21,6 +21,7 @@ from hermes_core.config import Endpoint
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
+from hermes_assets.slots import tag_run
 from hermes_assets.metadata import bar_chart
 
 COMPRESSION_ENV = "HERMES_COMPRESSION"
@@ -113,8 +114,9 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
         description=f"Trajectories fitted into a token budget (middle spans summarised): {OUTPUT_FILE} "
         f"and {METRICS_FILE} (SPEC §10).",
     )
-    def compressed_trajectories(config: CompressionRunConfig,
+    def compressed_trajectories(context: dg.AssetExecutionContext, config: CompressionRunConfig,
                                 model_endpoint: ModelEndpointResource) -> dg.MaterializeResult:
+        tag_run(context)
         overrides = {k: v for k, v in config.model_dump().items() if v is not None and k != "show_progress"}
         settings = validate_compression_settings({**base_settings, **overrides})
         compression = CompressionConfig.from_mapping({k: v for k, v in settings.items() if k not in ENDPOINT_KEYS})

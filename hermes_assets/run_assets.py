@@ -18,6 +18,7 @@ from hermes_core.batch.stopping import graceful_signals
 from hermes_assets.metadata import bar_chart
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
+from hermes_assets.slots import abandon_run, tag_run
 
 
 
@@ -92,6 +93,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     def raw_trajectories(
         context: dg.AssetExecutionContext, config: RawTrajectoriesConfig, model_endpoint: ModelEndpointResource
     ):
+        tag_run(context)
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
         progress = Progress(verbose=config.verbose) if config.show_progress else None
         finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
@@ -111,7 +113,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 finished.put(None)
 
         worker = threading.Thread(target=work, name=f"{run}-batches", daemon=True)
-        with graceful_signals():  # Ctrl-C (or the UI's terminate): in-flight samples finish first
+        # Ctrl-C (or the UI's terminate): in-flight samples finish first; a second one frees the slot and exits
+        with graceful_signals(on_abort=lambda: abandon_run(context.instance, context.run)):
             worker.start()
             while (outcome := finished.get()) is not None:
                 if outcome.failed_retryable:

@@ -31,6 +31,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_assets.compression_assets import recipe_compression
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.run_assets import batches_partitions
+from hermes_assets.slots import reap_dead_runs
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -191,6 +192,7 @@ def build_run_sensor(
         f"{recipe.run_name!r} one run per partition, then refreshes the trajectories and statistics.",
     )
     def dataset_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        reap_dead_runs(context.instance)  # the daemon frees what runs killed on this host still hold
         return evaluate(context, recipe, data_root)
 
     return dataset_sensor

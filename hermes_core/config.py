@@ -5,9 +5,29 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 VERSION = "0.1.0"  # the code version written into every record (hermes_core.__version__)
 DEFAULT_MODEL = "hermes-sim"
+# A model call waits this long to connect, and for each part of its answer, before it counts as
+# failed (and is retried); a batch sample makes no model call past its deadline.
+DEFAULT_REQUEST_TIMEOUT_S = 120.0
+DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
+
+
+def check_base_url(url: str) -> None:
+    """A ValueError saying what to fix unless a model endpoint can be requested at `url`."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a ValueError when not a number from 0 to 65535
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        problem = ("expected http:// or https://" if parts.scheme not in ("http", "https") else
+                   "no host" if not parts.hostname else "port 0 cannot be connected to" if port == 0 else "")
+    if problem:
+        raise ValueError(f"base URL {url!r}: {problem}; check --base_url (else $HERMES_BASE_URL or $OPENAI_BASE_URL), "
+                         "e.g. http://127.0.0.1:8000/v1")
 
 
 @dataclass(frozen=True)
@@ -17,15 +37,19 @@ class Endpoint:
     base_url: str
     api_key: str
     model: str
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_retries: int = 5
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     max_concurrent_requests: int = 0  # across every process of this machine; 0: no cap (hermes_core.endpoints.limiter)
+    sample_timeout_s: float | None = None  # a ModelClient then serves one conversation and stops calling after it
+
+    def __post_init__(self) -> None:
+        check_base_url(self.base_url)  # refused at once: a request to it could only fail, after retries
 
     @classmethod
     def resolve(
-        cls, base_url: str | None = None, api_key: str | None = None, model: str | None = None, **options: float
+        cls, base_url: str | None = None, api_key: str | None = None, model: str | None = None, **options: float | None
     ) -> "Endpoint":
         env = os.environ
         resolved_url = base_url or env.get("HERMES_BASE_URL") or env.get("OPENAI_BASE_URL")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 import orjson
 
@@ -84,14 +85,62 @@ def append_jsonl_durable(path: str | Path, row: dict[str, Any]) -> None:
         os.close(fd)
 
 
+log = logging.getLogger(__name__)
+_reported: set[str] = set()
+
+
+def report_damage(message: str) -> None:
+    """Say once per process that a file holds a damaged record (readers meet it on every refresh)."""
+    if message not in _reported:
+        _reported.add(message)
+        log.warning("warning: %s", message)
+
+
+class Line(NamedTuple):
+    """A record of a JSONL file: its line number, where it starts, its bytes (no newline), the object."""
+
+    number: int
+    offset: int
+    raw: bytes
+    record: dict[str, Any]
+
+
+def jsonl_records(data: bytes, source: str | Path, offset: int = 0, first_line: int = 1,
+                  required: tuple[str, ...] = ()) -> Iterator[Line]:
+    """Each record in `data`, the bytes of `source` from byte `offset` on (line `first_line`).
+
+    A record ends with a newline: bytes after the last one are a torn last line (a crash mid-write),
+    reported with its offset and skipped. A line that is not a JSON object with the `required` keys
+    (say a record appended onto such a fragment) is reported with its line number and skipped: a
+    damaged record costs that record, never the run. Blank lines are skipped."""
+    lines = data.split(b"\n")
+    if torn := lines.pop():  # what follows the last newline
+        report_damage(f"{source}: torn last line at byte {offset + len(data) - len(torn)} ({len(torn)} bytes, "
+                      "a crash mid-write?), skipped")
+    start = offset
+    for number, raw in enumerate(lines, start=first_line):
+        if raw.strip():
+            try:
+                value = json_loads(raw)
+            except ValueError as exc:
+                value = exc
+            missing = [key for key in required if key not in value] if isinstance(value, dict) else None
+            if missing == []:
+                yield Line(number, start, raw, value)
+            else:
+                reason = (str(value)[:120] if isinstance(value, ValueError) else
+                          f"no {missing[0]!r}" if missing else f"a JSON {type(value).__name__}")
+                report_damage(f"{source}: line {number} (byte {start}) is not a record, skipped ({reason})")
+        start += len(raw) + 1
+
+
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of an append-only file; a torn last line (crash mid-write) is ignored."""
+    """Records of an append-only file; a torn last line (crash mid-write) or a damaged line is
+    reported and skipped (`jsonl_records`)."""
     with open(path, "rb") as handle:
-        for line in handle:
-            if not line.endswith(b"\n"):
-                return
-            if line.strip():
-                yield json_loads(line)
+        data = handle.read()
+    for line in jsonl_records(data, path):
+        yield line.record
 
 
 def fsync_path(path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import aiohttp
 
 from hermes_core.endpoints import constrained
-from hermes_core.config import Endpoint
+from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, Endpoint
 from hermes_core.endpoints.model_client import ModelClient, ModelError
 from hermes_core.agent.reasoning import extract_reasoning
 from hermes_core.sandbox import Sandbox, SandboxBackend, SandboxError, get_backend
@@ -77,6 +77,8 @@ class AIAgent:
         max_retries: int = 5,
         backoff_base_s: float = 1.0,
         max_concurrent_requests: int | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        sample_timeout_s: float | None = None,  # no model call past this many seconds from the conversation's start
         sandbox_backend: SandboxBackend | str | None = None,
         image: str | None = None,
         cwd: str | None = None,
@@ -89,7 +91,8 @@ class AIAgent:
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
-            base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s, **cap
+            base_url, api_key, model, max_retries=max_retries, backoff_base_s=backoff_base_s,
+            request_timeout_s=request_timeout_s, sample_timeout_s=sample_timeout_s, **cap
         )
         self.model = self.endpoint.model
         self.quiet_mode = quiet_mode

@@ -26,25 +26,23 @@ from hermes_core.agent.loop import AIAgent
 from hermes_core.sandbox import get_backend
 from hermes_core.api_server.settings import ApiServerSettings
 from hermes_core.api_server.streaming import Completion, error_body, run_error, stream_run
+from hermes_core.api_server.validation import RequestError, invalid, validate_messages, wrong_type
 
 PROGRESS_HEADER = "x-hermes-progress"  # "inline": progress lines in delta.content for this request
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                     (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
 _SYSTEM_ROLES = ("system", "developer")  # "developer" is the newer OpenAI name for system
-_KNOWN_ROLES = (*_SYSTEM_ROLES, "user", "assistant", "tool", "function")
-_OPTIONS = {"temperature": (int, float), "max_tokens": int, "max_completion_tokens": int, "reasoning_effort": str}
-
-
-class RequestError(ValueError):
-    """A bad request body: 400 with this message."""
+_OPTIONS = {"temperature": ((int, float), "a number"), "max_tokens": (int, "an integer"),
+            "max_completion_tokens": (int, "an integer"), "reasoning_effort": (str, "a string")}
 
 
 class BodyTooLarge(Exception):
     pass
 
 
-def error_response(status: int, message: str, kind: str, code: str, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(error_body(message, kind, code), status_code=status, headers=headers)
+def error_response(status: int, message: str, kind: str, code: str, headers: dict[str, str] | None = None,
+                   param: str | None = None) -> Response:
+    return JSONResponse(error_body(message, kind, code, param), status_code=status, headers=headers)
 
 
 class SecurityHeaders:
@@ -104,18 +102,15 @@ class ChatRequest:
     options: dict[str, Any]
 
 
-def _text(content: Any, where: str) -> str:
+def _text(content: str | list[dict[str, Any]], where: str) -> str:
+    """The text of validated content; the agent's own turns take text only (images stay history)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RequestError(f"{where}: content part {kind!r} is not supported (text only)")
-            parts.append(part["text"])
-        return "\n".join(parts)
-    raise RequestError(f"{where}: content must be a string or a list of text parts")
+    for index, part in enumerate(content):
+        if part["type"] != "text":
+            raise invalid(f"{where}.content[{index}].type", f"content part {part['type']!r} is not supported "
+                          "in this message (text only)")
+    return "\n".join(part["text"] for part in content)
 
 
 def parse_chat_request(body: Any) -> ChatRequest:
@@ -123,20 +118,16 @@ def parse_chat_request(body: Any) -> ChatRequest:
     everything else, as given → the conversation history."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in _KNOWN_ROLES:
-            raise RequestError(f"messages[{index}] must be an object with a role in {list(_KNOWN_ROLES)}")
+    messages = validate_messages(body.get("messages"))
     if messages[-1]["role"] != "user":
-        raise RequestError("the last message must have role 'user': it is what the agent answers")
+        raise invalid(f"messages[{len(messages) - 1}].role", "the last message must have role 'user': it is what "
+                      "the agent answers")
     systems = [_text(m.get("content"), f"messages[{i}]") for i, m in enumerate(messages) if m["role"] in _SYSTEM_ROLES]
     options = {}
-    for name, kind in _OPTIONS.items():
+    for name, (kind, expected) in _OPTIONS.items():
         if body.get(name) is not None:
             if not isinstance(body[name], kind) or isinstance(body[name], bool):
-                raise RequestError(f"'{name}' has the wrong type")
+                raise wrong_type(body[name], name, expected)
             options["max_tokens" if name == "max_completion_tokens" else name] = body[name]
     return ChatRequest(
         user_message=_text(messages[-1].get("content"), f"messages[{len(messages) - 1}]"),
@@ -224,7 +215,7 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             return error_response(413, f"the request body exceeds {settings.max_body_bytes} bytes",
                                   "invalid_request_error", "request_too_large", {"Connection": "close"})
         except RequestError as exc:
-            return error_response(400, str(exc), "invalid_request_error", "invalid_request")
+            return error_response(400, str(exc), "invalid_request_error", exc.code, param=exc.param)
         if runs.closing:
             return error_response(503, "the server is shutting down", "server_error", "shutting_down")
         loop = asyncio.get_running_loop()

@@ -27,8 +27,10 @@ def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
-def error_body(message: str, kind: str = "server_error", code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+def error_body(message: str, kind: str = "server_error", code: str | None = None,
+               param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape; `param` names the request field at fault, e.g. `messages[2].content`."""
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}
 
 
 def run_error(result: dict[str, Any]) -> dict[str, Any]:

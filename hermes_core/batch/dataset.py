@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # json.dumps' own, in C
@@ -13,6 +16,8 @@ from hermes_core.fileio import FileTableCache, json_loads
 
 MAX_REPORTED_LINES = 20
 KNOWN_KEYS = {"prompt", "image", "docker_image", "cwd", "id", "metadata"}
+# A \ud800-\udfff escape: only these can make a lone surrogate, which no UTF-8 file can store.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class DatasetError(ValueError):
@@ -60,6 +65,42 @@ def sample_key(prompt: str, image: str | None, cwd: str | None, occurrence: int,
     return hashlib.sha256((identity + fingerprint).encode("utf-8")).hexdigest()
 
 
+def _lines(raw: bytes) -> Iterator[tuple[int, str, str | None]]:
+    """(line number, text, why its bytes are unusable or None) of each line. Records end at a line
+    feed only: str.splitlines() would also break on U+2028, U+0085 ..., which JSON strings may hold
+    raw. A trailing carriage return goes. Bytes that are not UTF-8 are reported by line, never
+    replaced by U+FFFD."""
+    try:
+        text, damaged = raw.decode("utf-8"), False
+    except UnicodeDecodeError:  # keep each bad byte as a lone surrogate (U+DC80-U+DCFF) to find it again
+        text, damaged = raw.decode("utf-8", errors="surrogateescape"), True
+    text = text.removeprefix("\ufeff")  # a byte order mark, as some Windows editors save UTF-8
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line[:-1] if line.endswith("\r") else line
+        yield number, line, _undecodable(line) if damaged else None
+
+
+def _undecodable(line: str) -> str | None:
+    """Why a line decoded with surrogateescape is not UTF-8, or None when it is."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"not valid UTF-8 (byte 0x{ord(line[exc.start]) & 0xFF:02x} at column {exc.start + 1})"
+    return None
+
+
+def _has_lone_surrogate(text: str, row: Any) -> bool:
+    """Whether the parsed row holds a string no UTF-8 output can encode (a high or low surrogate
+    escape without its pair); only rows whose text has such an escape are re-encoded to find out."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return False
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
     try:
         row = json_loads(text)
@@ -67,6 +108,8 @@ def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
     if not isinstance(row, dict):
         return None, f"not a JSON object (got {type(row).__name__})"
+    if _has_lone_surrogate(text, row):
+        return None, "holds a lone surrogate (a \\ud800-\\udfff escape without its pair): not valid Unicode"
     prompt = row.get("prompt")
     if "prompt" not in row:
         return None, "missing field 'prompt'"
@@ -85,23 +128,49 @@ def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
 _loaded = FileTableCache(2)  # the CLI validates, then its plan step loads the same file again
 
 
+def _unreadable(path: Path, exc: OSError) -> DatasetError:
+    return DatasetError(f"{path}: cannot read the dataset file: {exc.strerror or exc}")
+
+
+def dataset_path(path: str | Path) -> Path:
+    """`path` resolved, once it names a regular file; else a DatasetError naming it and why (a FIFO
+    would block the read forever; a directory, device or broken link is no dataset)."""
+    path = Path(path)
+    try:
+        if not path.exists():  # False for a looping link too (ELOOP), so resolve() below cannot raise
+            why = "a broken or looping symbolic link" if path.is_symlink() else "no such file"
+            raise DatasetError(f"{path}: dataset file not found ({why})")
+        if path.is_dir():
+            raise DatasetError(f"{path}: is a directory, not a dataset file")
+        if not path.is_file():
+            raise DatasetError(f"{path}: not a regular file (a FIFO, socket or device is no dataset file)")
+        return path.resolve()
+    except OSError as exc:  # e.g. a folder on the way that this user may not search
+        raise _unreadable(path, exc) from exc
+
+
 def load_dataset(
     path: str | Path, fingerprint: str, *, skip_invalid: bool = False, max_samples: int | None = None
 ) -> Dataset:
     """Validate every line, then key the valid rows. Strict mode refuses any invalid line.
     The last result is reused while the file is unchanged (same inode, size and mtime)."""
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path}: dataset file not found")
-    return _loaded.get(path.resolve(), lambda: _load(path, fingerprint, skip_invalid, max_samples),
-                       variant=(fingerprint, skip_invalid, max_samples))
+    resolved = dataset_path(path)
+    try:
+        return _loaded.get(resolved, lambda: _load(path, fingerprint, skip_invalid, max_samples),
+                           variant=(fingerprint, skip_invalid, max_samples))
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
 
 
 def _load(path: Path, fingerprint: str, skip_invalid: bool, max_samples: int | None) -> Dataset:
     raw = path.read_bytes()
     rows: list[tuple[int, dict[str, Any]]] = []
     invalid: list[InvalidLine] = []
-    for number, text in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
+    for number, text, undecodable in _lines(raw):
+        if undecodable:
+            invalid.append(InvalidLine(number, undecodable))
+            continue
         if not text.strip():
             continue
         row, reason = _check_row(text)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import threading
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from hermes_core.fileio import append_jsonl_durable, atomic_write_text, json_bytes, json_loads
+from hermes_core.fileio import (append_jsonl_durable, atomic_write_text, json_bytes, json_loads, jsonl_records,
+                                report_damage)
 from hermes_core.formats.filters import Disposition
 
 
@@ -66,6 +68,7 @@ class BatchPlan:
         raise KeyError(f"no batch {key!r} in {self.path}")
 
 
+RECORD_KEYS = ("sample_key", "partition_key", "disposition")  # a line without them is damaged, not a record
 HEAVY_FIELDS = ("row", "messages")  # the trajectory: 90% of a record, only the final file needs it
 
 
@@ -103,11 +106,13 @@ class Ledger:
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
         self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                       "sandboxes_created": 0, "sandboxes_failed": 0, "cost_usd": 0.0}
-        self._read: dict[Path, tuple[int, int]] = {}  # file -> (inode, bytes of whole lines parsed)
+        self._read: dict[Path, tuple[int, int, int]] = {}  # file -> (inode, bytes and lines of whole lines parsed)
 
     def refresh(self) -> "Ledger":
-        """Parse the lines appended since the last read; a torn last line (a crash mid-write) waits.
-        A file replaced, truncated or removed behind our back means a full re-read."""
+        """Parse the lines appended since the last read. A torn last line (a crash mid-write) is
+        reported and waits: its sample counts as unrecorded, and the next append cuts it off. A damaged
+        line is reported and skipped. A file replaced, truncated or removed behind our back means a
+        full re-read."""
         with self._lock:
             files = sorted(self.raw_dir.glob("*.jsonl")) if self.raw_dir.is_dir() else []
             if not set(self._read) <= set(files) or not all(self._read_new(path) for path in files):
@@ -119,20 +124,17 @@ class Ledger:
     def _read_new(self, path: Path) -> bool:
         """Parse what was appended to `path`; False (nothing parsed) if it is not the file read before."""
         stat = path.stat()
-        inode, done = self._read.get(path, (stat.st_ino, 0))
+        inode, done, lines = self._read.get(path, (stat.st_ino, 0, 0))
         if inode != stat.st_ino or stat.st_size < done:
             return False
         if stat.st_size > done:
             with open(path, "rb") as handle:
                 handle.seek(done)
                 data = handle.read(stat.st_size - done)
-            whole = data[: data.rfind(b"\n") + 1]
-            offset = done
-            for line in whole.split(b"\n")[:-1]:
-                if line.strip():
-                    self._note(json_loads(line), (path, offset, len(line)))
-                offset += len(line) + 1
-            self._read[path] = (stat.st_ino, done + len(whole))
+            for line in jsonl_records(data, path, done, lines + 1, RECORD_KEYS):
+                self._note(line.record, (path, line.offset, len(line.raw)))
+            whole = data.rfind(b"\n") + 1
+            self._read[path] = (stat.st_ino, done + whole, lines + data.count(b"\n", 0, whole))
         return True
 
     def _note(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
@@ -204,7 +206,39 @@ class Ledger:
         """Write the record durably, then read it back like any other appended line (so a record
         another process appended to the same file in between is never skipped or counted twice)."""
         path = self.raw_dir / f"{partition_key}.jsonl"
-        append_jsonl_durable(path, record)
+        append_record(path, record)
         with self._lock:
             if not self._read_new(path):
                 self.refresh()
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """`append_jsonl_durable`, after cutting off a torn last line (a crash mid-write) that the record
+    would otherwise be glued to, making both unreadable. Appenders of a file take turns (an flock), so a
+    last line without its newline is a dead writer's, never a write in progress."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for the length of one append
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            keep = _end_of_last_line(fd, size)
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            report_damage(f"{path}: cut off a torn last line ({size - keep} bytes at byte {keep}, a crash "
+                          "mid-write) before appending")
+        append_jsonl_durable(path, record)
+    finally:
+        os.close(fd)
+
+
+def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """The offset just past the last newline of the first `size` bytes of `fd` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0

@@ -6,7 +6,7 @@ Object stores cannot append, so each finished sample's record is first written a
 which keeps the local ledger's promise: a crash loses at most the samples in flight, and no reader
 ever sees half a record. Object names start with the time they were written, so a sample's latest
 record is the one written last, whichever reader saw it first and in what order. Writers never
-share an object, so concurrent runs on other machines need no lock.
+share an object, so writing records needs no lock (one writer per run is `writer_lock.py`'s lease).
 
 A fresh process would otherwise fetch every record object, one request each, so `compact` folds a
 batch's loose objects into `<partition_key>/segment-<…>.jsonl`: a first line naming the objects it
@@ -30,8 +30,8 @@ from typing import Any, Iterable, Iterator
 
 from fsspec.core import url_to_fs
 
-from hermes_core.fileio import json_bytes, json_loads
-from hermes_core.batch.ledger import Ledger
+from hermes_core.fileio import json_bytes, json_loads, jsonl_records, report_damage
+from hermes_core.batch.ledger import RECORD_KEYS, Ledger
 
 FETCH_CHUNK = 256  # objects fetched per concurrent round trip
 SEGMENT = "segment-"
@@ -84,7 +84,10 @@ class ObjectLedger(Ledger):
                 fetched = dict(self._fetch(loose, missing_ok=True))
                 for name in loose:
                     if name in fetched:
-                        self._note_object(object_id(name), json_loads(fetched[name]), (name, 0, len(fetched[name])))
+                        self._seen.add(object_id(name))  # a damaged one is reported once, never fetched again
+                        # A PUT is whole: an object without a final newline is complete, not torn.
+                        for line in jsonl_records(fetched[name].rstrip(b"\n") + b"\n", name, required=RECORD_KEYS):
+                            self._note_object(object_id(name), line.record, (name, 0, len(line.raw)))
                 missing = [name for name in loose if name not in fetched]
                 if not missing:
                     return self
@@ -92,18 +95,22 @@ class ObjectLedger(Ledger):
             raise RuntimeError(f"{self.url}: cannot read {len(missing)} record object(s), e.g. {missing[0]}")
 
     def _read_segment(self, segment: str, data: bytes) -> None:
-        lines = data.split(b"\n")
-        offset = len(lines[0]) + 1
-        for name, line in zip(json_loads(lines[0])["objects"], lines[1:]):
-            where = (segment, offset, len(line))
-            offset += len(line) + 1
-            if name not in self._seen:
-                self._note_object(name, json_loads(line), where)
-                continue
-            key = json_loads(line)["sample_key"]
-            if self._latest_id.get(key) == name:
-                self._where[key] = where  # its loose object is about to be deleted: read it here
         self._segments.add(segment)
+        header, _, body = data.partition(b"\n")
+        try:
+            names = json_loads(header)["objects"]
+        except (ValueError, KeyError, TypeError):
+            report_damage(f"{segment}: line 1 does not list the segment's record objects; segment skipped")
+            return
+        # Line n + 2 holds object n; a damaged line is reported and skipped, the others keep their names.
+        for line in jsonl_records(body, segment, len(header) + 1, 2, RECORD_KEYS):
+            if line.number - 2 >= len(names):
+                break
+            name, where = names[line.number - 2], (segment, line.offset, len(line.raw))
+            if name not in self._seen:
+                self._note_object(name, line.record, where)
+            elif self._latest_id.get(line.record["sample_key"]) == name:
+                self._where[line.record["sample_key"]] = where  # its loose object is about to be deleted: read it here
 
     def _note_object(self, name: str, record: dict[str, Any], where: tuple[str, int, int]) -> None:
         self._seen.add(name)
@@ -178,15 +185,16 @@ def upload_folder_ledger(raw_dir: Path, url: str) -> int:
 
     Records get ids below any time-based one, numbered in the order the folder ledger ranks them
     (attempt, then read order), so the state of every sample is the same on both sides."""
+    # A torn or damaged line is reported, not copied.
     read_order = [(path.stem, line) for path in sorted(raw_dir.glob("*.jsonl"))
-                  for line in path.read_bytes().splitlines(keepends=True) if line.endswith(b"\n") and line.strip()]
-    ranked = sorted(enumerate(read_order), key=lambda item: (json_loads(item[1][1]).get("attempt", 0), item[0]))
+                  for line in jsonl_records(path.read_bytes(), path, required=RECORD_KEYS)]
+    ranked = sorted(enumerate(read_order), key=lambda item: (item[1][1].record.get("attempt", 0), item[0]))
     ledger = ObjectLedger(url)
     by_partition: dict[str, tuple[list[str], list[bytes]]] = {}
     for rank, (_, (partition, line)) in enumerate(ranked):
         ids, lines = by_partition.setdefault(partition, ([], []))
         ids.append(f"{rank:020d}-uploaded{ledger._writer}-000000")
-        lines.append(line)
+        lines.append(line.raw)
     for partition, (ids, lines) in sorted(by_partition.items()):
         ledger.write_segment(partition, ids, lines)
     raw_dir.rename(raw_dir.with_name(f"raw.uploaded-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))

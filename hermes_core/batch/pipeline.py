@@ -17,17 +17,19 @@ from typing import Any, Callable, Iterator
 from hermes_core.config import Endpoint, ledger_location
 from hermes_core.batch.dataset import Dataset, Sample, load_dataset
 from hermes_core.tools.distributions import sample_toolsets
-from hermes_core.fileio import FileTableCache, append_jsonl_durable, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hermes_core.fileio import FileTableCache, atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.formats.filters import Disposition
-from hermes_core.batch.ledger import Batch, BatchPlan, Ledger
+from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
 from hermes_core.batch.recipe import Recipe
 from hermes_core.batch.records import RunContext, SampleJob
 from hermes_core.batch.runner import run_jobs
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.endpoints import SIMULATED_MODEL_ID
+from hermes_core.endpoints.model_client import is_config_error, preflight
 from hermes_core.batch.stats import compute_statistics
 from hermes_core.batch.stopping import StopRequest, interrupt
+from hermes_core.batch.writer_lock import holding
 
 
 _tables = FileTableCache()  # prompts.jsonl and assignments.jsonl of recent runs, while unchanged
@@ -145,7 +147,17 @@ class BatchOutcome:
     wall_seconds: float = 0.0  # from the start of the invocation to this batch's last record
 
 
-def run_partitions(
+def run_partitions(recipe: Recipe, paths: RunPaths, endpoint: Endpoint, partition_keys: list[str], *args: Any,
+                   **kwargs: Any) -> tuple[dict[str, BatchOutcome], str | None]:
+    """`_run_partitions` holding the run's writer lock (`writer_lock.py`) throughout: the one batch, or
+    the whole run for several. If another process holds any of it, RunBusy names it before anything is
+    sent; a second writer would pay for the same samples again. In this process's hold of the whole
+    run (the CLI's) it only counts."""
+    with holding(paths.root, partition_keys if len(partition_keys) == 1 else None):
+        return _run_partitions(recipe, paths, endpoint, partition_keys, *args, **kwargs)
+
+
+def _run_partitions(
     recipe: Recipe,
     paths: RunPaths,
     endpoint: Endpoint,
@@ -184,15 +196,17 @@ def run_partitions(
     for job in jobs:
         remaining[job.partition_key] += 1
 
-    budget_stop = StopRequest()
+    early_stop = StopRequest()  # a budget, or an endpoint that refuses the run's configuration
 
     def check_budget() -> None:
         if reason := recipe.budget.exceeded(ledger.spent):
-            budget_stop.request(reason)
+            early_stop.request(reason)
 
     def record(result: dict[str, Any]) -> None:
         ledger.append(result["partition_key"], result)
         check_budget()  # spent counts every attempt in the ledger: a resume counts nothing twice
+        if is_config_error(result.get("error")):
+            early_stop.request(result["error"])  # every later sample would fail the same way
         outcome = outcomes[result["partition_key"]]
         outcome.run += 1
         outcome.wall_seconds = time.time() - started
@@ -213,12 +227,19 @@ def run_partitions(
 
     backend = sandbox_backend(recipe)
     reaped = backend.reap() if jobs else 0
-    problems = backend.preflight({job.sample.image for job in jobs if job.sample.image})
+    images: dict[str, list[int]] = {}  # image -> the dataset lines naming it, for the refusal message
+    for job in jobs:
+        if job.sample.image:
+            images.setdefault(job.sample.image, []).append(job.sample.line)
+    problems = backend.preflight(images)
     if problems:
         raise PreflightError(
             f"sandbox pre-flight failed on the {backend.name} backend; nothing was run:\n  "
             + "\n  ".join(problems)
         )
+    endpoint = recipe.with_timeouts(endpoint)
+    if jobs and recipe.endpoint_preflight:
+        preflight(endpoint)  # a wrong key, URL or model stops the run here, before anything is spent
     if on_start:
         on_start(len(jobs))
     for key in partition_keys:
@@ -226,15 +247,15 @@ def run_partitions(
             on_batch_done(outcomes[key])
     check_budget()
     with backend:  # frees the sandbox slots it keeps between samples
-        run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or budget_stop.reason)
+        run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or early_stop.reason)
     for key in partition_keys:
         ledger.compact(key)  # on object storage: one object to read per batch instead of one per sample
     samples_run = sum(o.run for o in outcomes.values())
-    stopped = (interrupt.reason or budget_stop.reason) if samples_run < len(jobs) else None
-    append_jsonl_durable(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
-                                              "samples_run": samples_run, "stopped": stopped,
-                                              "reaped_leftovers": reaped, "sandbox_backend": backend.name,
-                                              "dagster_run_id": dagster_run_id})
+    stopped = (interrupt.reason or early_stop.reason) if samples_run < len(jobs) else None
+    append_record(paths.invocations, {"started": started, "finished": time.time(), "samples": len(jobs),
+                                       "samples_run": samples_run, "stopped": stopped,
+                                       "reaped_leftovers": reaped, "sandbox_backend": backend.name,
+                                       "dagster_run_id": dagster_run_id})
     return outcomes, stopped
 
 
@@ -268,7 +289,7 @@ def write_trajectories(paths: RunPaths) -> dict[str, int]:
 def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
     dataset_info = json.loads(paths.dataset.read_text())
     toolsets = {a["sample_key"]: a["toolsets"] for a in read_assignments(paths)}
-    invocations = list(read_jsonl(paths.invocations)) if paths.invocations.is_file() else []
+    invocations = read_invocations(paths)
     stats = compute_statistics(
         recipe, toolsets, open_ledger(paths.raw),
         invalid_input_lines=len(dataset_info["invalid_lines"]),
@@ -282,12 +303,15 @@ def write_statistics(recipe: Recipe, paths: RunPaths) -> dict[str, Any]:
     return stats
 
 
+def read_invocations(paths: RunPaths) -> list[dict[str, Any]]:
+    """The records of `invocations.jsonl` (a torn or damaged line reported and skipped)."""
+    return list(read_jsonl(paths.invocations)) if paths.invocations.is_file() else []
+
+
 def last_stop(paths: RunPaths) -> str | None:
     """Why the latest invocation stopped early (a signal, a budget), or None if it did not."""
-    if not paths.invocations.is_file():
-        return None
-    lines = paths.invocations.read_bytes().splitlines()
-    return json.loads(lines[-1]).get("stopped") if lines else None
+    invocations = read_invocations(paths)
+    return invocations[-1].get("stopped") if invocations else None
 
 
 def read_statistics(paths: RunPaths) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.tools.distributions import Distribution, load_distributions
 from hermes_core.fileio import atomic_write_json
@@ -72,6 +73,11 @@ class Recipe:
     # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
     # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
     compression: bool | dict[str, Any] | None = None
+    # How the run talks to its endpoint (`with_timeouts`), saved so that the run's materializations
+    # from the Dagster UI do as the command did. Not in the fingerprint: they change no sample's data.
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # per model call: to connect, and for each part of the answer
+    sample_timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S  # a sample's model calls end by then (None: no deadline)
+    endpoint_preflight: bool = True  # check key, URL and model before the first sample (model_client.preflight)
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.run_name):
@@ -101,6 +107,9 @@ class Recipe:
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        for name in ("request_timeout_s", "sample_timeout_s"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise RecipeError(f"{name} must be positive (got {getattr(self, name)})")
         # Resolved once: these are read per batch and per sample, and their files would be re-parsed each time.
         object.__setattr__(self, "_price", price)
         object.__setattr__(self, "_distribution", self._resolve_distribution())
@@ -123,6 +132,11 @@ class Recipe:
     def price(self) -> Price | None:
         """The model's price from the price table (None: unknown, costs are not counted)."""
         return self._price  # type: ignore[attr-defined]
+
+    def with_timeouts(self, endpoint: Endpoint) -> Endpoint:
+        """The endpoint with this run's request timeout and per-sample deadline."""
+        return dataclasses.replace(endpoint, request_timeout_s=self.request_timeout_s,
+                                   sample_timeout_s=self.sample_timeout_s)
 
     @property
     def budget(self) -> Budget:

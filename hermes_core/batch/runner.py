@@ -50,6 +50,7 @@ def run_jobs(
             reasoning_effort=None if recipe.reasoning_disabled else recipe.reasoning_effort,
             max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
+            request_timeout_s=endpoint.request_timeout_s, sample_timeout_s=endpoint.sample_timeout_s,
             max_concurrent_requests=endpoint.max_concurrent_requests,
             sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
             tool_call_mode=recipe.tool_call_mode, tool_backends=backends, sample_budget=sample_budget,

@@ -12,6 +12,13 @@ from hermes_core.batch.recipe import Recipe
 
 DISPOSITIONS = (Disposition.KEPT, Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL, Disposition.DISCARDED_INCOMPLETE, Disposition.FAILED_RETRYABLE,
                 Disposition.FAILED_TERMINAL)
+FAILED = (Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL)
+REASONS_KEPT = 5  # the most common failure reasons in statistics.json
+
+
+def _failure_reason(error: str | None) -> str:
+    """A failed sample's error as one countable line."""
+    return ((error or "").strip().splitlines() or ["no error recorded"])[0][:300]
 
 
 def _rate(part: int, whole: int) -> float:
@@ -71,6 +78,9 @@ def compute_statistics(
         },
         "toolset_statistics": dict(Counter(t for toolsets in sample_toolsets.values() for t in toolsets).most_common()),
         "toolsets_lost_samples": sum(1 for r in records if r.get("toolsets_lost")),
+        # Of the failed samples, most common first: the summary names the first.
+        "failure_reasons": dict(Counter(_failure_reason(r.get("error")) for r in records
+                                        if r["disposition"] in FAILED).most_common(REASONS_KEPT)),
         "api_calls": ledger.spent["api_calls"],
         "usage": {k: ledger.spent[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         "sandbox": {
@@ -100,6 +110,9 @@ def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bo
         lines.append("  no tool calls")
     reasoning = stats["reasoning_statistics"]
     counts = stats["counts"]
+    failed = counts["failed_retryable"] + counts["failed_terminal"]
+    # statistics.json files written before failure_reasons existed have none
+    reason, count = next(iter((stats.get("failure_reasons") or {}).items()), (None, 0))
     lines += [
         "",
         f"  reasoning coverage: {reasoning['coverage_pct']:.1f}% of {reasoning['total_assistant_turns']} assistant turns",
@@ -108,6 +121,7 @@ def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bo
         f"  failed: retryable {counts['failed_retryable']} (re-run the command to resume), "
         f"terminal {counts['failed_terminal']}; invalid input lines {counts['invalid_input_lines']}; "
         f"pending {counts['pending']}",
+        *([f"  most common failure ({count} of {failed} failed samples): {reason}"] if reason else []),
         f"  api calls {stats['api_calls']}, tokens {stats['usage']['total_tokens']}, "
         f"time {stats['duration_seconds']:.1f}s, {stats['throughput']['samples_per_min']} samples/min",
         "",

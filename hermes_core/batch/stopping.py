@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import yaml
 
@@ -45,11 +45,12 @@ interrupt = StopRequest()  # set by `graceful_signals`
 
 
 @contextmanager
-def graceful_signals() -> Iterator[None]:
+def graceful_signals(on_abort: Callable[[], None] | None = None) -> Iterator[None]:
     """While a pool of samples runs: the first SIGINT/SIGTERM starts no new sample and lets those in
-    flight finish and be recorded; a second exits at once (records are whole lines and files are
-    replaced atomically: nothing is half written). Only the main thread can take signals; elsewhere
-    this does nothing."""
+    flight finish and be recorded; a second calls `on_abort` (the orchestrator's chance to release
+    what the run holds) and exits at once (records are whole lines and files are replaced
+    atomically: nothing is half written). Only the main thread can take signals; elsewhere this
+    does nothing."""
     interrupt.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -59,7 +60,11 @@ def graceful_signals() -> Iterator[None]:
         if interrupt.reason:
             print("\nsecond signal: aborting now; finished samples are saved, run the same command to resume",
                   file=sys.stderr, flush=True)
-            os._exit(130)
+            try:
+                if on_abort:
+                    on_abort()
+            finally:
+                os._exit(130)
         interrupt.request(f"interrupted by {signal.Signals(signum).name}")
         print(f"\n{interrupt.reason}: finishing the samples in flight (again to abort now)", file=sys.stderr, flush=True)
 

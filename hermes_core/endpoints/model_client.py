@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
@@ -21,6 +22,11 @@ from hermes_core.fileio import json_bytes, json_loads
 from hermes_core.endpoints.limiter import RequestLimiter
 
 RETRYABLE_STATUS = {408, 409, 429}
+# Every EndpointConfigError's message starts so: a sample's record keeps only the text of its error,
+# and the batch run recognises one by it (`is_config_error`).
+CONFIG_ERROR = "model endpoint misconfigured: "
+KEY_HINT = "check the API key (--api_key, else $HERMES_API_KEY or $OPENAI_API_KEY)"
+URL_HINT = "check the base URL (--base_url, else $HERMES_BASE_URL or $OPENAI_BASE_URL) and that the server is running"
 
 
 class ModelError(RuntimeError):
@@ -32,6 +38,31 @@ class ModelError(RuntimeError):
         self.retryable = retryable
 
 
+class EndpointConfigError(ModelError):
+    """The endpoint refuses every request as configured (key, URL, model, credits) or cannot be
+    reached: no retry and no other sample can succeed, so it is never retried and stops a batch run."""
+
+    def __init__(self, problem: str, hint: str, status: int | None = None):
+        super().__init__(f"{CONFIG_ERROR}{problem.rstrip('. ')}; {hint}", status=status, retryable=False)
+
+
+def is_config_error(error: str | None) -> bool:
+    """Whether a recorded error text is an EndpointConfigError's."""
+    return bool(error) and error.startswith(CONFIG_ERROR)  # type: ignore[union-attr]
+
+
+def _status_hint(status: int, endpoint: Endpoint) -> str | None:
+    """What to check when the endpoint answers `status` to any request, or None: not a configuration error."""
+    if status in (401, 403):
+        return KEY_HINT + ("" if status == 401 else f", and that it may use model {endpoint.model!r}")
+    if status == 402:
+        return "check the account's credits or billing with the provider"
+    if status == 404:
+        return (f"check the model name {endpoint.model!r} (--model, else $HERMES_MODEL) and the base URL "
+                f"{endpoint.base_url} (most end in /v1)")
+    return None
+
+
 @dataclass
 class Completion:
     message: dict[str, Any]  # role, content, tool_calls and any reasoning field, as the provider sent them
@@ -41,7 +72,18 @@ class Completion:
     attempts: int = 1
 
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)  # retried like 5xx
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)  # retried like 5xx, except these:
+# the URL cannot be requested, or nothing listens there: configuration, not a passing fault.
+UNREACHABLE_ERRORS = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError, aiohttp.ClientConnectorError)
+
+
+def _transport_error(exc: BaseException, url: str, timeout_s: float) -> ModelError:
+    """A failed request that got no HTTP answer, as a ModelError saying why."""
+    if isinstance(exc, UNREACHABLE_ERRORS):
+        return EndpointConfigError(f"cannot connect to {url} ({type(exc).__name__}: {exc})", URL_HINT)
+    if isinstance(exc, asyncio.TimeoutError):  # aiohttp's read and connect timeouts are TimeoutErrors too
+        return ModelError(f"no answer from {url} within {timeout_s:g} s (--request_timeout)", retryable=True)
+    return ModelError(f"{type(exc).__name__}: {exc}", retryable=True)
 
 
 def http_session(timeout_s: float, connections: int = 0) -> aiohttp.ClientSession:
@@ -70,6 +112,14 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[str]:
             yield line.decode("utf-8", "replace").rstrip("\r")
     if pending:
         yield pending.decode("utf-8", "replace")
+
+
+def _model_ids(text: str) -> set[str]:
+    """The model ids of a GET /models answer (none if it is not one)."""
+    try:
+        return {str(item.get("id")) for item in json.loads(text)["data"] if isinstance(item, dict)}
+    except (ValueError, KeyError, TypeError):
+        return set()
 
 
 def _usage(raw: dict[str, Any] | None) -> dict[str, int]:
@@ -106,7 +156,9 @@ def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
 
 
 class ModelClient:
-    """One endpoint; share one instance (and its connection pool) between concurrent sessions."""
+    """One endpoint; share one instance (and its connection pool) between concurrent sessions.
+    With `endpoint.sample_timeout_s` an instance serves one conversation: it makes no call, and
+    lets none run, past that many seconds from its creation."""
 
     def __init__(
         self,
@@ -119,6 +171,7 @@ class ModelClient:
         self._http = http  # made on first use when not given: it belongs to the running loop
         self._on_retry = on_retry
         self._limiter = RequestLimiter.shared(endpoint.base_url, endpoint.max_concurrent_requests)
+        self._deadline = None if endpoint.sample_timeout_s is None else time.monotonic() + endpoint.sample_timeout_s
 
     async def aclose(self) -> None:
         if self._own_http and self._http is not None:
@@ -130,17 +183,30 @@ class ModelClient:
             self._http = http_session(self.endpoint.request_timeout_s)
         return self._http
 
+    def _time_left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline; 0 once it has passed)."""
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def _deadline_passed(self, last: ModelError | None) -> ModelError:
+        return ModelError(f"the sample's deadline passed ({self.endpoint.sample_timeout_s:g} s, --sample_timeout)"
+                          + (f"; the call before it failed: {last}" if last else ""))
+
     async def complete(self, body: dict[str, Any], stream: bool = False) -> Completion:
-        """POST /chat/completions, retrying 408/409/429/5xx/timeouts with backoff and jitter."""
+        """POST /chat/completions, retrying 408/409/429/5xx/timeouts with backoff and jitter.
+        Configuration errors (401/402/403/404, unreachable, invalid URL) raise EndpointConfigError at once."""
         body = {"model": self.endpoint.model, **body, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
         limiter = self._limiter
-        attempt = 0
+        attempt, error = 0, None
         while True:
             attempt += 1
+            left = self._time_left()
+            if left == 0:
+                raise self._deadline_passed(error)
+            deadline = asyncio.timeout(left)
             try:
-                async with limiter.slot():
+                async with deadline, limiter.slot():
                     completion = await (self._stream(body) if stream else self._once(body))
                 limiter.succeeded()
                 completion.attempts = attempt
@@ -150,14 +216,46 @@ class ModelClient:
                 if exc.status == 429:
                     limiter.rate_limited()  # slow down; successes grow the window back
             except TRANSPORT_ERRORS as exc:
-                error, wait = ModelError(f"{type(exc).__name__}: {exc}", retryable=True), None
+                if deadline.expired():
+                    raise self._deadline_passed(error) from exc
+                error, wait = _transport_error(exc, self._url(), self._read_timeout()), None
             if not error.retryable or attempt > self.endpoint.max_retries:
                 raise error
             backoff = min(self.endpoint.backoff_max_s, self.endpoint.backoff_base_s * 2 ** (attempt - 1))
             delay = max(wait or 0.0, backoff * (0.5 + random.random()))
+            left = self._time_left()
+            delay = delay if left is None else min(delay, left)  # no sleeping past the deadline
             if self._on_retry:
                 self._on_retry(f"model call failed ({error}); retry {attempt} in {delay:.2f}s")
             await asyncio.sleep(delay)
+
+    async def check(self) -> None:
+        """The pre-flight of a run, before any sample: GET /models (free); when that is refused with
+        401/402/403, raise; when it lists the model, pass; otherwise (no /models, model not listed:
+        an alias) one 1-token completion decides. Raises EndpointConfigError; any other answer
+        passes, as the samples' own calls would see it and retry it."""
+        url = f"{self.endpoint.base_url}/models"
+        try:
+            async with self._session().get(url, headers=self._headers()) as response:
+                text = (await response.read()).decode("utf-8", "replace")
+            if response.status in (401, 402, 403):  # a 404 here may only mean "no /models"
+                self._raise_for(response, text)
+            if response.status < 300 and self.endpoint.model in _model_ids(text):
+                return
+            url = self._url()
+            await self._once({"model": self.endpoint.model, "messages": [{"role": "user", "content": "ping"}],
+                              "max_tokens": 1, "stream": False})
+        except EndpointConfigError:
+            raise
+        except ModelError:
+            return
+        except TRANSPORT_ERRORS as exc:
+            error = _transport_error(exc, url, self._read_timeout())
+            raise error if isinstance(error, EndpointConfigError) else EndpointConfigError(
+                str(error), "check that the server is up and answering, or raise --request_timeout") from exc
+
+    def _read_timeout(self) -> float:
+        return self._session().timeout.sock_read or 0.0  # a given session's, which may differ from the endpoint's
 
     def _url(self) -> str:
         return f"{self.endpoint.base_url}/chat/completions"
@@ -165,8 +263,7 @@ class ModelClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.endpoint.api_key}", "Content-Type": "application/json"}
 
-    @staticmethod
-    def _raise_for(response: aiohttp.ClientResponse, text: str) -> None:
+    def _raise_for(self, response: aiohttp.ClientResponse, text: str) -> None:
         if response.status < 400:
             return
         try:
@@ -174,11 +271,10 @@ class ModelClient:
         except (ValueError, KeyError, TypeError):
             message = text[:500]
         status = response.status
-        error = ModelError(
-            f"HTTP {status} from {response.url}: {message}",
-            status=status,
-            retryable=status in RETRYABLE_STATUS or status >= 500,
-        )
+        problem = f"HTTP {status} from {response.url}: {message}"
+        if hint := _status_hint(status, self.endpoint):
+            raise EndpointConfigError(problem, hint, status)
+        error = ModelError(problem, status=status, retryable=status in RETRYABLE_STATUS or status >= 500)
         error.retry_after = _retry_after(response.headers)  # type: ignore[attr-defined]
         raise error
 
@@ -221,3 +317,25 @@ class ModelClient:
         if finish_reason is None:
             raise ModelError("the stream ended before a finish_reason", retryable=True)
         return Completion(message, finish_reason, _usage(usage), served_model)
+
+
+_passed: set[tuple[str, str, str]] = set()  # endpoints that passed a pre-flight in this process
+
+
+def preflight(endpoint: Endpoint) -> None:
+    """Check the endpoint before a run spends anything (`ModelClient.check`; nothing is recorded).
+    Once per process and endpoint: the command line checks before its Dagster run, whose step then
+    need not ask again. Raises EndpointConfigError. Call it from synchronous code."""
+    key = (endpoint.base_url, endpoint.api_key, endpoint.model)
+    if key in _passed:
+        return
+
+    async def check() -> None:
+        client = ModelClient(endpoint)
+        try:
+            await client.check()
+        finally:
+            await client.aclose()
+
+    asyncio.run(check())
+    _passed.add(key)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping, TypeVar
 
+from hermes_core.sandbox.images import Images, image_problems
+
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
 Job = TypeVar("Job")
@@ -31,7 +33,7 @@ class SandboxSettings:
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
     allow_pull: bool = False  # may pre-flight pull missing images (docker/singularity)
     state_root: Path | None = None  # where session state lives on the host (default: temp dir)
-    image_root: Path | None = None  # local backend: folder of prepared root filesystems, one per image
+    image_root: Path | None = None  # the only host folder images may come from (local rootfs, singularity)
 
     @classmethod
     def from_env(cls, **overrides: object) -> "SandboxSettings":
@@ -143,9 +145,16 @@ class SandboxBackend(abc.ABC):
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> Sandbox:
         """Create the environment of one session."""
 
-    def preflight(self, images: set[str]) -> list[str]:
-        """Problems with the given images on this backend (empty when all are usable)."""
-        return [f"image {image!r}: the {self.name} backend does not run images" for image in sorted(images)]
+    def image_problem(self, image: str) -> str | None:
+        """Why this backend refuses `image` (a dataset row's: untrusted) without looking anything up
+        beyond the host's image root; None when it may be used. Every backend's `open` and
+        `preflight` go through it (shared checks: `hermes_core.sandbox.images`)."""
+        return f"the {self.name} backend does not run images"
+
+    def preflight(self, images: Images) -> list[str]:
+        """Problems with the given images on this backend (empty when all are usable). `images` may
+        map each image to the dataset lines naming it, so that problems name those lines too."""
+        return image_problems(images, self.image_problem)
 
     def reap(self) -> int:
         """Remove leftovers of dead runs; returns how many were removed."""

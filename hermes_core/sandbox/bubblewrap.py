@@ -34,6 +34,7 @@ from typing import Callable, Literal
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, adopt_spare, detect, retire,
                                          session_names)
+from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, write_owner)
 
@@ -54,6 +55,7 @@ _NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshar
 
 
 def image_dir_name(image: str) -> str:
+    """The folder of `image` (a valid reference) in the image root: one plain name, never `.` or `..`."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", image)
 
 
@@ -237,30 +239,39 @@ class BubblewrapBackend(SandboxBackend):
         self._open_sessions = 0
         self._lock = threading.Lock()
 
-    def _rootfs(self, image: str) -> tuple[Path | None, str]:
+    def _rootfs(self, image: str) -> tuple[Path | None, str | None]:
+        """The prepared root filesystem of `image`, resolved beneath the image root; or why not."""
+        if problem := reference_problem(image):
+            return None, problem  # its folder is named after it: only a reference keeps that a plain name
         if self.settings.image_root is None:
-            return None, (f"image {image!r}: the local backend runs images from prepared root filesystems, but no "
-                          f"image root is configured; set HERMES_SANDBOX_IMAGE_ROOT to a folder holding one root "
-                          f"filesystem per image, named like {image_dir_name(image)!r}")
+            return None, (f"the local backend runs images from prepared root filesystems, but no image root is "
+                          f"configured; set HERMES_SANDBOX_IMAGE_ROOT to a folder holding one root filesystem per "
+                          f"image, named like {image_dir_name(image)!r}")
         expected = Path(self.settings.image_root) / image_dir_name(image)
-        rootfs = expected.resolve()
+        rootfs, problem = confine(self.settings.image_root, image_dir_name(image))  # refuses links leading out
+        if rootfs is None:
+            return None, problem
         if not (rootfs / "bin" / "sh").exists() and not (rootfs / "usr" / "bin" / "sh").exists():
-            return None, (f"image {image!r}: no root filesystem at {expected}; prepare one, e.g. with "
+            return None, (f"no root filesystem at {expected}; prepare one, e.g. with "
                           f"`debootstrap --variant=minbase --include=python3 bookworm {expected}`")
         if "," in str(rootfs) or ":" in str(rootfs):
-            return None, f"image {image!r}: the root filesystem path {rootfs} must not contain ',' or ':' (overlayfs)"
-        return rootfs, ""
+            return None, f"the root filesystem path {rootfs} must not contain ',' or ':' (overlayfs)"
+        return rootfs, None
 
-    def preflight(self, images: set[str]) -> list[str]:
+    def image_problem(self, image: str) -> str | None:
+        """A reference whose folder in the image root (links resolved, never leading out) holds a root filesystem."""
+        return self._rootfs(image)[1]
+
+    def preflight(self, images: Images) -> list[str]:
         problems = [] if BWRAP else ["bubblewrap (bwrap) is not installed; install it or choose another backend"]
-        return problems + [problem for image in sorted(images) if (problem := self._rootfs(image)[1])]
+        return problems + image_problems(images, self.image_problem)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> BubblewrapSandbox:
         if BWRAP is None:
             raise SandboxError("bubblewrap (bwrap) is not installed; install it or choose another backend")
-        rootfs, problem = self._rootfs(image) if image else (None, "")
-        if problem:
-            raise SandboxError(problem)
+        rootfs, problem = self._rootfs(image) if image else (None, None)
+        if image and problem:
+            raise SandboxError(f"{image_label(image)}: {problem}")
         inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
         if inside == "/" or any(inside == top or inside.startswith(top + "/") for top in _RESERVED):
             raise SandboxError(f"cwd {cwd!r} cannot be a working directory")

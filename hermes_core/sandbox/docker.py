@@ -32,6 +32,7 @@ from hermes_core.sandbox.docker_engine import (connect, engine_errors, engine_lo
                                                path_stat, read_archive_file, tar_of, unix_mode)
 from hermes_core.sandbox.docker_exec import (POLL_SCRIPT, SPAWN_SCRIPT, kill_tagged, new_tag, parse_poll, run_exec,
                                              start_detached, user_argv)
+from hermes_core.sandbox.images import Images, image_label, image_problems, reference_problem
 from hermes_core.sandbox.output import STRAGGLER_NOTE
 from hermes_core.sandbox.processes import owner_alive, process_start_time
 from hermes_core.sandbox.tagged import TaggedSandbox, tag_marker
@@ -211,9 +212,15 @@ class DockerBackend(SandboxBackend):
             raise SandboxError(f"network=True needs a Docker engine with a 'bridge' network; the one at "
                                f"{engine_location()} has none (e.g. scripts/dockerd.sh runs with --bridge=none)")
 
+    def image_problem(self, image: str) -> str | None:
+        """Only references in Docker's grammar reach the engine (it pulls them when pulls are allowed)."""
+        return reference_problem(image)
+
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> DockerSandbox:
         if not image:
             raise SandboxError("the docker backend needs an image: give the prompt an `image` (or `docker_image`)")
+        if problem := self.image_problem(image):
+            raise SandboxError(f"{image_label(image)}: {problem}")
         cwd = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
         client = self.client()
         if self.settings.network:
@@ -242,24 +249,28 @@ class DockerBackend(SandboxBackend):
                 pass
             raise
 
-    def preflight(self, images: set[str]) -> list[str]:
+    def preflight(self, images: Images) -> list[str]:
+        problems = image_problems(images, self.image_problem)  # before the engine: it needs none
+        valid = sorted(image for image in images if self.image_problem(image) is None)
+        if not valid:
+            return problems
         try:
             client = self.client()
         except SandboxError as exc:
-            return [str(exc)]  # one clear problem instead of one per image
-        problems = []
-        for image in sorted(images):
+            return problems + [str(exc)]  # one clear problem instead of one per image
+        for image in valid:
             try:
                 try:
                     client.images.get(image)
                 except ImageNotFound:
                     if not self.settings.allow_pull:
-                        problems.append(f"image {image!r}: not present on the Docker engine ({engine_location()}) "
-                                        "and pulling is disabled (HERMES_SANDBOX_ALLOW_PULL=1 allows it)")
+                        problems.append(f"{image_label(image, images)}: not present on the Docker engine "
+                                        f"({engine_location()}) and pulling is disabled (HERMES_SANDBOX_ALLOW_PULL=1 "
+                                        "allows it)")
                     else:
                         client.images.pull(image)
             except Exception as exc:  # noqa: BLE001 - every image's problem is reported, together
-                problems.append(f"image {image!r}: {exc}")
+                problems.append(f"{image_label(image, images)}: {exc}")
         return problems
 
     def reap(self) -> int:

@@ -111,8 +111,8 @@ class PlainBackend(SandboxBackend):
             remove_tree(state_dir)
             raise
 
-    def preflight(self, images: set[str]) -> list[str]:
-        return [f"image {image!r}: {NO_IMAGES}" for image in sorted(images)]
+    def image_problem(self, image: str) -> str | None:
+        return NO_IMAGES
 
     def reap(self) -> int:
         removed = 0

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.images import Images, image_label, image_problems, reference_problem
 from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, log_text
 from hermes_core.sandbox.processes import DRAIN_GRACE_S, owner_alive, process_start_time
 from hermes_core.sandbox.tagged import TaggedSandbox, kill_argv, tagged_env
@@ -257,9 +258,15 @@ class ModalBackend(SandboxBackend):
                 self._problem = f"modal: {describe(sdk, exc)}"
         return self._problem
 
+    def image_problem(self, image: str) -> str | None:
+        """Modal builds images from registry references (`Image.from_registry`): Docker's grammar."""
+        return reference_problem(image)
+
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> ModalSandbox:
         if not image:
             raise SandboxError("the modal backend needs an image (a registry reference, e.g. python:3.12-slim)")
+        if problem := self.image_problem(image):
+            raise SandboxError(f"{image_label(image)}: {problem}")
         sdk, s, pid = load_sdk(), self.settings, os.getpid()
         inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
         tags = {TAG_RUN: s.run_name, TAG_SESSION: session_id, TAG_HOST: socket.gethostname(),
@@ -273,8 +280,9 @@ class ModalBackend(SandboxBackend):
             raise SandboxError(f"could not create a modal sandbox for image {image!r}: {describe(sdk, exc)}") from exc
         return ModalSandbox(sdk, sandbox, session_id, inside, s)
 
-    def preflight(self, images: set[str]) -> list[str]:
+    def preflight(self, images: Images) -> list[str]:
         problems = ["the modal backend needs an image for every sample"] if any(not image for image in images) else []
+        problems += image_problems(images, lambda image: self.image_problem(image) if image else None)
         problem = self._connect()
         return problems + ([problem] if problem else [])
 

@@ -8,6 +8,11 @@ A session persists through host folders bound into each container: its working d
 files are read and written through the bound working directory; paths elsewhere are read with an
 exec and refused for writing. State: `state_root/<session>-<random>/` with the owner file,
 background logs, `work/`, `scratch/` and `groups` (process groups to kill if the owner dies).
+
+Images come from dataset rows (untrusted): a SIF file, sandbox folder or `docker-archive:`/
+`oci-archive:` file must resolve, links included, beneath `settings.image_root` (no image root: no
+paths at all); a `docker://`, `library://`, `oras://` or `shub://` image must be a reference in
+Docker's grammar and is pulled only when pulls are allowed.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import tempfile
 from pathlib import Path
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, remove_tree, sanitized_env, write_owner)
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
 DEFAULT_CWD = "/workspace"
-PULL_SCHEMES = ("docker://", "library://", "oras://", "shub://", "docker-archive:", "oci-archive:")
+REMOTE_SCHEMES = ("docker://", "library://", "oras://", "shub://")  # + a reference: pulled by apptainer
+ARCHIVE_SCHEMES = ("docker-archive:", "oci-archive:")  # + a path: a local file, confined like any other path
 FILE_TIMEOUT_S = 60.0
 _PASS_THROUGH = ("APPTAINER_CACHEDIR", "APPTAINER_TMPDIR", "SINGULARITY_CACHEDIR", "SINGULARITY_TMPDIR",
                  "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # cache, and systemd cgroup delegation
@@ -43,7 +50,7 @@ def find_executable() -> str | None:
 
 
 def is_remote(image: str) -> bool:
-    return image.startswith(PULL_SCHEMES)
+    return image.startswith(REMOTE_SCHEMES)
 
 
 def apptainer_argv(executable: str, image: str, cwd: str, workdir: Path, scratch: Path,
@@ -174,21 +181,37 @@ class SingularityBackend(SandboxBackend):
         self.settings = settings or SandboxSettings()
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-singularity")
 
-    def _image_problem(self, image: str | None) -> str | None:
-        if not image:
-            return "the singularity backend needs an image for every sample (a SIF file, a sandbox folder or a ref)"
+    def _resolve(self, image: str) -> tuple[str | None, str | None]:
+        """(what apptainer is given for `image`, None), or (None, why `image` is refused). A remote image
+        is a scheme and a reference in Docker's grammar; anything else is a SIF file, a sandbox folder
+        or an archive, resolved beneath the image root (never elsewhere on the host)."""
         if is_remote(image):
-            if self.settings.allow_pull:
-                return None  # apptainer pulls it into its cache on first use
-            return (f"image {image!r} is not a local file and pulling is not allowed; pull it first "
-                    f"(`apptainer pull image.sif {image}`) or allow pulls (HERMES_SANDBOX_ALLOW_PULL=1)")
+            scheme, _, reference = image.partition("://")
+            if problem := reference_problem(reference):
+                return None, f"after {scheme}://: {problem}"
+            if not self.settings.allow_pull:
+                return None, (f"not a local file and pulling is not allowed; pull it first (`apptainer pull "
+                              f"image.sif {image}`) into the image root, or allow pulls (HERMES_SANDBOX_ALLOW_PULL=1)")
+            return image, None  # apptainer pulls it into its cache on first use
         if "://" in image:
-            return f"image {image!r}: unsupported scheme (use a local path or one of {', '.join(PULL_SCHEMES)})"
-        if not Path(image).expanduser().exists():
-            return f"image {image!r}: no such file or folder ({Path(image).expanduser().absolute()})"
-        return None
+            return None, f"unsupported scheme (use a path inside the image root or one of {', '.join(REMOTE_SCHEMES)})"
+        if self.settings.image_root is None:
+            return None, ("image paths (SIF files, sandbox folders, archives) are accepted only inside an image root; "
+                          "set HERMES_SANDBOX_IMAGE_ROOT to the folder holding them, or use a registry reference "
+                          "(docker://...) with pulls allowed")
+        scheme = next((prefix for prefix in ARCHIVE_SCHEMES if image.startswith(prefix)), "")
+        name = image[len(scheme):]
+        path, problem = confine(self.settings.image_root, name)
+        if path is None:
+            return None, problem
+        if not path.exists():
+            return None, f"no such file or folder in the image root ({Path(self.settings.image_root) / name})"
+        return scheme + str(path), None
 
-    def preflight(self, images: set[str]) -> list[str]:
+    def image_problem(self, image: str) -> str | None:
+        return self._resolve(image)[1]
+
+    def preflight(self, images: Images) -> list[str]:
         problems = []
         executable = find_executable()
         if executable is None:
@@ -205,28 +228,28 @@ class SingularityBackend(SandboxBackend):
                                     f"{done.stderr.decode(errors='replace').strip()}")
             except (OSError, subprocess.TimeoutExpired) as exc:
                 problems.append(f"singularity backend: `{executable} --version` failed: {exc}")
-        return problems + [problem for image in sorted(images, key=str) if (problem := self._image_problem(image))]
+        return problems + image_problems(images, self.image_problem)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> SingularitySandbox:
-        problem = self._image_problem(image)
-        if problem:
-            raise SandboxError(problem)
-        assert image is not None
+        if not image:
+            raise SandboxError("the singularity backend needs an image for every sample (a SIF file or sandbox "
+                               "folder in the image root, or a docker:// reference)")
+        resolved, problem = self._resolve(image)
+        if resolved is None:
+            raise SandboxError(f"{image_label(image)}: {problem}")
         executable = find_executable()
         if executable is None:
             raise SandboxError(f"singularity backend: no apptainer/singularity executable; {_INSTALL_HINT}")
         inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
         if inside == "/" or any(char in inside for char in ":,"):
             raise SandboxError(f"cwd {cwd!r} cannot be a working directory (not '/', no ':' or ',': bind syntax)")
-        if not is_remote(image):
-            image = str(Path(image).expanduser().absolute())  # commands run from the state folder
         self.state_root.mkdir(parents=True, exist_ok=True)
         state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
         try:
             write_owner(state_dir, session_id)
             if any(char in str(state_dir) for char in ":,"):
                 raise SandboxError(f"the state folder {state_dir} must not contain ':' or ',' (bind syntax)")
-            return SingularitySandbox(session_id, state_dir, self.settings, executable, image, inside)
+            return SingularitySandbox(session_id, state_dir, self.settings, executable, resolved, inside)
         except BaseException:
             remove_tree(state_dir)
             raise

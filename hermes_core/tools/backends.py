@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 KNOWN = {
     "HERMES_WEB_SEARCH_URL": "SearXNG instance for web_search (its /search?format=json API)",
     "HERMES_WEB_ALLOW_PRIVATE": "1: web tools may reach private, loopback and link-local addresses (default 0)",
+    "HERMES_WEB_ALLOW_HOSTS": "comma-separated HOST:PORT the web tools may reach although private (a local site)",
     "HERMES_WEB_TIMEOUT_S": "seconds per web request (default 20)",
     "HERMES_WEB_MAX_CHARS": "characters of text per page or result list given to the model (default 8000)",
     "HERMES_VISION_BASE_URL": "OpenAI-compatible endpoint with a vision model, for vision_analyze",
@@ -34,6 +35,10 @@ class BackendError(ValueError):
     """A tool backend setting is invalid (the message names it)."""
 
 
+class AddressRefused(BackendError):
+    """The address policy refuses a URL or a host: not http(s), or a private address."""
+
+
 @dataclass(frozen=True)
 class Service:
     """An OpenAI-compatible service: vision chat completions or image generations."""
@@ -47,6 +52,7 @@ class Service:
 class ToolBackends:
     web_search_url: str | None = None
     web_allow_private: bool = False
+    web_allow_hosts: frozenset[str] = frozenset()  # "host:port" ("[v6]:port"), lower case
     web_timeout_s: float = 20.0
     web_max_chars: int = 8000
     vision: Service | None = None
@@ -79,6 +85,7 @@ class ToolBackends:
         return cls(
             web_search_url=search,
             web_allow_private=env.get("HERMES_WEB_ALLOW_PRIVATE", "0").strip().lower() in ("1", "true", "yes"),
+            web_allow_hosts=_host_ports(env.get("HERMES_WEB_ALLOW_HOSTS") or ""),
             web_timeout_s=_number(env, "HERMES_WEB_TIMEOUT_S", 20.0),
             web_max_chars=int(_number(env, "HERMES_WEB_MAX_CHARS", 8000)),
             vision=service("VISION"), image=service("IMAGE"),
@@ -95,23 +102,57 @@ class ToolBackends:
         }.get(toolset)
         return missing or None
 
-    def check_reachable(self, url: str) -> None:
+    def check_reachable(self, url: str) -> list[str]:
         """Refuse URLs the web tools must not fetch: only http(s), and (unless allowed) no private,
-        loopback or link-local address, such as a cloud metadata service."""
+        loopback or link-local address, such as a cloud metadata service. The addresses checked, to
+        connect to (see `resolve_allowed`)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BackendError(f"{url!r}: only http and https URLs can be fetched")
-        if self.web_allow_private:
-            return
+            raise AddressRefused(f"{url!r}: only http and https URLs can be fetched")
         try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 80)}
-        except OSError as exc:
-            raise BackendError(f"{parts.hostname}: cannot resolve ({exc})") from None
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise BackendError(f"{url!r}: invalid port") from None
+        return self.resolve_allowed(parts.hostname, port)
+
+    def resolve_allowed(self, host: str, port: int) -> list[str]:
+        """The addresses of `host` the web tools may connect to on `port`, from one DNS lookup: the
+        caller connects to one of these, never looking the name up again, so a DNS answer that
+        changes after the check (rebinding) cannot lead elsewhere. AddressRefused if any address is
+        not global (private, loopback, link-local, reserved...) or is multicast, unless
+        HERMES_WEB_ALLOW_PRIVATE is set or the (host, port) is in HERMES_WEB_ALLOW_HOSTS;
+        BackendError if the name does not resolve."""
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise BackendError(f"{host}: cannot resolve ({exc})") from None
+        addresses = list(dict.fromkeys(info[4][0] for info in found))
         for address in addresses:
             ip = ipaddress.ip_address(address.split("%")[0])
-            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_unspecified:
-                raise BackendError(f"{parts.hostname} resolves to {ip}, a private address: refused "
-                                   "(HERMES_WEB_ALLOW_PRIVATE=1 allows it)")
+            ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:127.0.0.1 is loopback too
+            public = ip.is_global and not ip.is_multicast  # not private, shared, loopback, link-local, reserved
+            listed = {_host_port(host, port), _host_port(str(ip), port)} & self.web_allow_hosts
+            if public or listed or self.web_allow_private:
+                continue
+            raise AddressRefused(f"{host} resolves to {ip}, a private address: refused "
+                                 "(HERMES_WEB_ALLOW_PRIVATE=1 allows it)")
+        return addresses
+
+
+def _host_port(host: str, port: int) -> str:
+    host = host.lower().strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _host_ports(raw: str) -> frozenset[str]:
+    """HERMES_WEB_ALLOW_HOSTS, normalised; each entry must name a port, so a whole host is never opened."""
+    entries = set()
+    for entry in filter(None, (part.strip() for part in raw.split(","))):
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BackendError(f"HERMES_WEB_ALLOW_HOSTS: {entry!r} is not HOST:PORT")
+        entries.add(_host_port(host, int(port)))
+    return frozenset(entries)
 
 
 def _check_url(name: str, url: str) -> None:

@@ -37,7 +37,8 @@ def _page(ctx: ToolContext) -> Page:
     if page is None:
         assert ctx.backends.browser_executable is not None  # not offered otherwise
         browser = _checked(lambda: shared_browser(ctx.backends.browser_executable))
-        page = ctx.state["browser_page"] = _checked(lambda: Page.open(browser, ctx.backends.web_max_chars))
+        page = ctx.state["browser_page"] = _checked(
+            lambda: Page.open(browser, ctx.backends.resolve_allowed, ctx.backends.web_max_chars))
         ctx.on_close.append(page.close)
     return page
 

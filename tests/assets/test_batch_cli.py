@@ -4,12 +4,20 @@ sandboxes, and the files a user gets."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from hermes_assets.cli import batch_main
 from hermes_core.tools import registry
+from batch_runs import ledger_records, read_jsonl, write_dataset  # noqa: F401  (used by the tests below)
+from procs import free_port
+from upstreams import Upstream, hung_upstream, wrong_key_upstream  # noqa: F401  (fixtures)
 
 ROW_KEYS = [
     "prompt_index", "conversations", "metadata", "completed", "partial", "api_calls", "toolsets_used",
@@ -17,24 +25,11 @@ ROW_KEYS = [
 ]
 
 
-def write_dataset(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
 def run(homes: Path, url: str, dataset: Path, *extra: str, run_name: str = "t1") -> int:
     return batch_main([
         f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
         "--batch_size=2", "--num_workers=3", "--distribution=terminal_only", *extra,
     ])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def ledger_records(run_dir: Path) -> list[dict]:
-    return [r for path in sorted((run_dir / "raw").glob("*.jsonl")) for r in read_jsonl(path)]
 
 
 PROMPTS = [{"prompt": f"Run a command that prints {i}", "id": f"p{i}"} for i in range(5)]
@@ -216,3 +211,170 @@ def test_hermes_foundry_export_writes_every_format(isolated_homes, sim_url):
     messages = load_dataset("json", data_files=str(run_dir / "trl" / "messages.jsonl"), split="train",
                             cache_dir=str(isolated_homes / "hf-cache"))
     assert len(messages) == 3 and {"messages", "tools"} <= set(messages.column_names)
+
+
+# --- every input byte (issue 17, item 6) ---------------------------------------------------------
+
+LINE_BREAKING_PROMPTS = ["Say hi\u2028then bye", "Run a command that prints\x85two lines"]
+
+
+def raw_row(value: dict) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")  # U+2028 and U+0085 written raw
+
+
+def test_line_breaking_characters_reach_the_record_and_bad_bytes_are_refused(isolated_homes, sim_url, capsys):
+    dataset = isolated_homes / "d.jsonl"
+    dataset.write_bytes(raw_row({"prompt": LINE_BREAKING_PROMPTS[0]}) + b"\n" + b'{"prompt": "caf\xe9"}\n'
+                        + raw_row({"prompt": LINE_BREAKING_PROMPTS[1]}) + b"\r\n")
+    run_dir = isolated_homes / "data" / "t1"
+    assert run(isolated_homes, sim_url, dataset) == 2
+    err = capsys.readouterr().err
+    assert f"{dataset}: 1 invalid line(s)" in err and "line 2: not valid UTF-8 (byte 0xe9 at column 16)" in err
+    assert not (run_dir / "raw").exists()  # nothing was sent
+
+    assert run(isolated_homes, sim_url, dataset, "--skip-invalid") == 0
+    assert f"skipped 1 invalid line(s) of {dataset}: 2" in capsys.readouterr().err
+    rows = read_jsonl(run_dir / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in rows] == LINE_BREAKING_PROMPTS  # byte-exact
+    counts = json.loads((run_dir / "statistics.json").read_text())["counts"]
+    assert counts["invalid_input_lines"] == 1 and counts["kept"] == 2
+
+    produced = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    assert run(isolated_homes, sim_url, dataset) == 2  # refused again without --skip-invalid ...
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == produced  # ... losing nothing
+
+
+def bad_dataset(tmp: Path, kind: str) -> Path:
+    """A dataset path that is wrong in one way a user can get it wrong."""
+    path = tmp / f"{kind}.jsonl"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dangling_symlink":
+        path.symlink_to(tmp / "nowhere.jsonl")
+    elif kind == "symlink_loop":
+        path.symlink_to(path)
+    elif kind == "unreadable":
+        return Path("/proc/self/mem")  # a regular file whose read fails (EIO), even for root
+    elif kind == "lone_surrogate":
+        path.write_bytes(b'{"prompt": "x \\ud800"}\n')
+    elif kind == "empty":
+        path.write_bytes(b"\n\r\n")
+    return path
+
+
+BAD_DATASETS = {"directory": "is a directory", "fifo": "not a regular file", "dangling_symlink": "symbolic link",
+                "symlink_loop": "symbolic link", "unreadable": "cannot read the dataset file: Input/output error",
+                "lone_surrogate": "line 1: holds a lone surrogate", "empty": "no valid rows", "absent": "not found"}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_DATASETS))
+def test_bad_dataset_paths_are_one_clear_error(isolated_homes, sim_url, capsys, kind):
+    dataset = bad_dataset(isolated_homes, kind)
+    assert run(isolated_homes, sim_url, dataset) == 2
+    err = capsys.readouterr().err
+    # /proc/self/mem is named as the CLI resolved it (this process: the same file)
+    assert err.startswith((f"error: {dataset}: ", f"error: {os.path.realpath(dataset)}: ")) and BAD_DATASETS[kind] in err
+    assert not (isolated_homes / "data" / "t1").exists()
+
+
+def test_output_dir_that_is_a_file_is_one_clear_error(isolated_homes, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
+    taken = isolated_homes / "taken"
+    taken.write_text("keep me")
+    assert run(isolated_homes, sim_url, dataset, f"--output_dir={taken}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {taken}") and "Not a directory" in err and err.count("\n") == 1
+    assert taken.read_text() == "keep me"
+
+
+def test_the_console_script_prints_no_traceback_for_user_errors(isolated_homes, sim_url):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
+    (isolated_homes / "taken").write_text("")
+    script = Path(sys.executable).with_name("hermes-batch")
+    for extra in ([f"--dataset_file={dataset}", f"--output_dir={isolated_homes / 'taken'}"],
+                  ["--dataset_file=/proc/self/mem"], [f"--dataset_file={isolated_homes}"]):
+        done = subprocess.run([str(script), *extra, "--run_name=t1", f"--base_url={sim_url}", "--api_key=k"],
+                              capture_output=True, text=True, timeout=120, env=os.environ)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1
+
+
+# --- bad endpoints fail fast and say why (issue 17, item 5) ---------------------------------------
+
+HERMES_BATCH = str(Path(sys.executable).with_name("hermes-batch"))
+TWENTY = [{"prompt": f"Run a command that prints {i}"} for i in range(20)]
+
+
+def batch_process(url: str, dataset: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+    """hermes-batch as a user runs it, in its own process with its own console; and its seconds."""
+    started = time.monotonic()
+    done = subprocess.run([HERMES_BATCH, f"--dataset_file={dataset}", "--run_name=t1", f"--base_url={url}",
+                           "--api_key=wrong-key", "--batch_size=2", "--num_workers=3", "--distribution=terminal_only",
+                           *extra], capture_output=True, text=True, timeout=120, env=os.environ)
+    return done, time.monotonic() - started
+
+
+def test_a_wrong_key_stops_the_run_before_any_sample(isolated_homes, wrong_key_upstream: Upstream):
+    dataset = write_dataset(isolated_homes / "d.jsonl", TWENTY)
+    done, seconds = batch_process(wrong_key_upstream.base_url, dataset)
+    console = done.stdout + done.stderr
+    assert done.returncode == 2 and seconds < 20, console
+    assert len(wrong_key_upstream.hits) <= 3
+    assert "HTTP 401" in done.stderr and "check the API key (--api_key, else $HERMES_API_KEY" in done.stderr
+    assert "Stack Trace" not in console and "Traceback" not in console
+    assert ledger_records(isolated_homes / "data" / "t1") == []  # no sample was sent
+
+
+def test_without_preflight_the_first_refusal_stops_the_run(isolated_homes, wrong_key_upstream: Upstream):
+    dataset = write_dataset(isolated_homes / "d.jsonl", TWENTY)
+    done, seconds = batch_process(wrong_key_upstream.base_url, dataset, "--no_preflight")
+    console = done.stdout + done.stderr
+    assert done.returncode == 2 and seconds < 20, console
+    assert 1 <= len(wrong_key_upstream.hits) <= 3 and "/v1/models" not in wrong_key_upstream.hits
+    assert len(ledger_records(isolated_homes / "data" / "t1")) == len(wrong_key_upstream.hits)
+    [reason] = [line for line in done.stdout.splitlines() if "most common failure" in line]
+    assert "HTTP 401" in reason and "Incorrect API key" in reason
+    assert "HTTP 401" in done.stderr and "every later sample would fail the same way" in done.stderr
+    assert "Stack Trace" not in console and "Traceback" not in console
+
+
+def test_a_hung_upstream_fails_the_sample_after_the_request_timeout(isolated_homes, hung_upstream: Upstream, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": "Say hi"}])
+    attempts = 2
+    assert run(isolated_homes, hung_upstream.base_url, dataset, "--model=stuck-model", "--request_timeout=5",
+               f"--max_retries={attempts - 1}") == 1
+    [record] = ledger_records(isolated_homes / "data" / "t1")
+    assert 5 * attempts <= record["duration_s"] < 5 * attempts + 15
+    assert "within 5 s (--request_timeout)" in record["error"]
+    assert hung_upstream.hits.count("/v1/chat/completions") == attempts
+    assert "most common failure (1 of 1 failed samples): no answer from" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("url, says", [("htp://x", "expected http:// or https://"),
+                                       ("http://127.0.0.1:0/v1", "port 0 cannot be connected to"),
+                                       (None, "cannot connect to")])  # None: a port nothing listens on
+def test_a_bad_or_dead_url_is_refused_at_once(isolated_homes, capsys, url, says):
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS)
+    started = time.monotonic()
+    assert run(isolated_homes, url or f"http://127.0.0.1:{free_port()}/v1", dataset, "--max_retries=5") == 2
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err and "--base_url" in err
+    assert ledger_records(isolated_homes / "data" / "t1") == []
+
+
+def test_the_sample_deadline_and_timeouts_can_change_on_resume(isolated_homes, sim_url):
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": "Say hi [sim:latency=2]"}])
+    run_dir = isolated_homes / "data" / "t1"
+    assert run(isolated_homes, sim_url, dataset, "--sample_timeout=1") == 1
+    [cut] = ledger_records(run_dir)
+    assert cut["duration_s"] < 1 + 3 and "deadline passed (1 s, --sample_timeout)" in cut["error"]
+    fingerprint = json.loads((run_dir / "recipe.json").read_text())["fingerprint"]
+    # Timeouts change no sample's data: the run resumes under new ones without --force-new-fingerprint.
+    assert run(isolated_homes, sim_url, dataset, "--sample_timeout=0", "--request_timeout=30") == 0
+    recipe = json.loads((run_dir / "recipe.json").read_text())
+    assert recipe["fingerprint"] == fingerprint
+    assert (recipe["sample_timeout_s"], recipe["request_timeout_s"]) == (None, 30)
+    assert [r["disposition"] for r in ledger_records(run_dir)] == ["failed_retryable", "kept"]

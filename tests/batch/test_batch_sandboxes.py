@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from hermes_assets.cli import batch_main
-from test_batch_cli import ledger_records, read_jsonl, write_dataset
+from batch_runs import ledger_records, read_jsonl, write_dataset
 from procs import marker, processes_with
 
 BIN = Path(sys.executable).parent
@@ -106,3 +107,29 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_r
     stats = json.loads((isolated_homes / "data" / "after" / "statistics.json").read_text())
     assert stats["sandbox"]["reaped_leftovers"] == 2
     assert not any((isolated_homes / "sandboxes").iterdir()) if (isolated_homes / "sandboxes").exists() else True
+
+
+def test_a_rows_image_never_leaves_the_image_root(isolated_homes, sim_url, monkeypatch, capsys):
+    """Issue 17: `image: ".."` ran the sample on the parent of the image root (the host's `/` when the
+    root is a top-level folder) and the canary outside the root landed in trajectories.jsonl."""
+    from rootfs import tiny_rootfs
+
+    canary = f"CANARY-{uuid.uuid4().hex}"
+    outer = tiny_rootfs(isolated_homes, "outer")  # `..` of the image root: a runnable root filesystem
+    (outer / "canary.txt").write_text(canary + "\n")
+    (outer / "images").mkdir()
+    (outer / "images" / "escape_1").symlink_to(outer)  # a link leading out of the image root
+    monkeypatch.setenv("HERMES_SANDBOX_IMAGE_ROOT", str(outer / "images"))
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(isolated_homes / "sandboxes"))
+    cat = "Show it [sim:command=cat /canary.txt]"
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": cat, "image": ".."}, {"prompt": cat + " again", "image": "escape:1"}])
+    assert run(dataset, sim_url) != 0
+    err = capsys.readouterr().err
+    assert "pre-flight" in err and "image '..'" in err and "image 'escape:1'" in err
+    assert "not an image reference" in err and "outside the image root" in err
+    run_dir = isolated_homes / "data" / "sb"
+    assert ledger_records(run_dir) == []
+    written = [path for path in run_dir.rglob("*") if path.is_file()] if run_dir.exists() else []
+    assert not [path for path in written if canary.encode() in path.read_bytes()]
+    assert canary not in err

@@ -7,11 +7,7 @@ from pathlib import Path
 
 from hermes_core.batch.ledger import Ledger
 from hermes_core.batch.ledgers import open_ledger
-
-
-def record(key: str, partition: str = "b00001-x", disposition: str = "kept", calls: int = 2) -> dict:
-    return {"sample_key": key, "partition_key": partition, "disposition": disposition, "api_calls": calls,
-            "usage": {"total_tokens": 10}}
+from batch_runs import record
 
 
 def test_appends_from_this_and_other_processes_are_each_counted_once(tmp_path: Path) -> None:

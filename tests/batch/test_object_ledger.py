@@ -22,9 +22,7 @@ from hermes_core.batch.ledger import Ledger
 from hermes_core.batch.ledgers import has_records, open_ledger
 from hermes_core.batch.object_ledger import ObjectLedger, upload_folder_ledger
 from s3_server import s3_endpoint, s3_ledger  # noqa: F401  (fixtures)
-from test_batch_cli import read_jsonl, write_dataset
-from test_ledger import record
-from test_resume import Sent, prompts, run
+from batch_runs import Sent, prompts, read_jsonl, record, run, write_dataset
 
 BIN = Path(sys.executable).parent
 

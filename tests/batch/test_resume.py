@@ -14,33 +14,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_assets.cli import batch_main
-from test_batch_cli import ledger_records, read_jsonl, write_dataset
+from batch_runs import Sent, ledger_records, prompts, read_jsonl, run, write_dataset
 
 BIN = Path(sys.executable).parent
-
-
-class Sent:
-    """Sample starts the simulated endpoint received since this object was made, per prompt."""
-
-    def __init__(self, server):
-        self.server, self.before = server, Counter(server.log.sample_starts)
-
-    def counts(self) -> Counter:
-        now = Counter(self.server.log.sample_starts)
-        now.subtract(self.before)
-        return +now
-
-
-def run(dataset: Path, url: str, *extra: str, run_name: str = "rs") -> int:
-    return batch_main([f"--dataset_file={dataset}", f"--run_name={run_name}", f"--base_url={url}", "--api_key=k",
-                       "--distribution=terminal_only", "--batch_size=20", "--num_workers=4", "--max_retries=0",
-                       *extra])
-
-
-def prompts(n: int, label: str) -> list[dict]:
-    tag = uuid.uuid4().hex[:6]
-    return [{"prompt": f"{label} {tag} #{i}: run a command"} for i in range(n)]
 
 
 def test_kill_9_mid_run_then_rerun_gives_every_prompt_exactly_once(isolated_homes, sim_server):

@@ -12,13 +12,17 @@ ROOTFS = Path("/var/cache/hermes-foundry/rootfs/bookworm")  # built by scripts/t
 
 
 def image_root(tmp_path: Path) -> Path:
-    """A folder of prepared root filesystems holding the test image (as a symlink to the cached rootfs)."""
-    root = tmp_path / "images"
-    link = root / image_dir_name(IMAGE)
-    if not link.is_symlink():
-        root.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(ROOTFS)
-    return root
+    """A folder of prepared root filesystems holding the test image: the rootfs cache itself, where the
+    image's folder is a relative link to the cached rootfs (a link leading out of an image root is refused)."""
+    link = ROOTFS.parent / image_dir_name(IMAGE)
+    try:
+        if ROOTFS.is_dir() and not link.is_symlink():
+            link.symlink_to(ROOTFS.name)
+    except FileExistsError:
+        pass  # made meanwhile by another test process
+    except OSError:
+        return tmp_path / "images"  # not ours to change: opening then fails with the pre-flight message
+    return ROOTFS.parent if ROOTFS.is_dir() else tmp_path / "images"
 
 
 def make_backend(tmp_path: Path, **settings) -> BubblewrapBackend:

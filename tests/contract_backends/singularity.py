@@ -34,6 +34,8 @@ def make_backend(tmp_path: Path, **settings) -> SandboxBackend:
     os.environ["HERMES_APPTAINER"] = str(FAKE_APPTAINER)
     from hermes_core.sandbox.singularity import SingularityBackend
 
+    # Image paths are accepted only beneath an image root: the rootfs cache holding IMAGE.
+    settings.setdefault("image_root", Path(IMAGE).parent)
     return SingularityBackend(SandboxSettings(state_root=tmp_path / "state", **settings))
 
 

@@ -51,8 +51,8 @@ def test_a_session_runs_its_commands_with_those_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("HERMES_TEST_SECRET", "s3cr3t")
     image = tmp_path / "image.sif"
     image.write_bytes(b"SIF")
-    backend = SingularityBackend(SandboxSettings(state_root=tmp_path / "state", pids=99))
-    with backend.open("s1", str(image), "/srv/app") as sandbox:
+    backend = SingularityBackend(SandboxSettings(state_root=tmp_path / "state", image_root=tmp_path, pids=99))
+    with backend.open("s1", "image.sif", "/srv/app") as sandbox:  # resolved in the image root
         argv = sandbox._argv("true")
         assert argv[:2] == [FAKE_APPTAINER, "exec"] and argv[-4:] == [str(image), "bash", "-c", "true"]
         assert f"{sandbox.workdir}:/srv/app" in argv and argv[argv.index("--pids-limit") + 1] == "99"
@@ -81,15 +81,15 @@ def test_singularity_preflight_reports_every_problem_together(tmp_path, monkeypa
     present = tmp_path / "present.sif"
     present.write_bytes(b"SIF")
     images = {str(present), str(tmp_path / "missing.sif"), "docker://python:3.12-slim", "ftp://x/y"}
-    problems = SingularityBackend(SandboxSettings(state_root=tmp_path)).preflight(images)
+    problems = SingularityBackend(SandboxSettings(state_root=tmp_path, image_root=tmp_path)).preflight(images)
     assert len(problems) == 4, problems
     text = "\n".join(problems)
     assert "no-such-apptainer" in text and "missing.sif" in text and "unsupported scheme" in text
     assert "pulling is not allowed" in text and "present.sif" not in text
 
     monkeypatch.setenv("HERMES_APPTAINER", FAKE_APPTAINER)
-    allowed = SingularityBackend(SandboxSettings(state_root=tmp_path, allow_pull=True))
-    assert allowed.preflight({str(present), "docker://python:3.12-slim"}) == []
+    allowed = SingularityBackend(SandboxSettings(state_root=tmp_path, image_root=tmp_path, allow_pull=True))
+    assert allowed.preflight({str(present), "present.sif", "docker://python:3.12-slim"}) == []
     with pytest.raises(SandboxError, match="needs an image"):
         allowed.open("s", None)
     with pytest.raises(SandboxError, match="missing.sif"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import itertools
+import json
 import shutil
 import subprocess
 import tempfile
@@ -16,11 +17,16 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import aiohttp
 
+from hermes_core.tools.browser.guard import BYPASS_LIST, GuardProxy, refuse_all
+
 T = TypeVar("T")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
          "--disable-dev-shm-usage", "--disable-features=BackForwardCache",  # back() then loads like any page
          "--remote-debugging-port=0", "about:blank"]
+# WebRTC's UDP (STUN, TURN) would bypass the proxy: this keeps WebRTC to TCP through it. As a
+# preference, since this Chromium ignores the --force-webrtc-ip-handling-policy switch.
+PREFERENCES = {"webrtc": {"ip_handling_policy": "disable_non_proxied_udp"}}
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
 
@@ -44,9 +50,17 @@ class Chromium:
         self._process: subprocess.Popen | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._guard = GuardProxy(refuse_all)
 
     def start(self) -> "Chromium":
-        self._process = subprocess.Popen([self.executable, f"--user-data-dir={self._profile}", *FLAGS],
+        (self._profile / "Default").mkdir()
+        (self._profile / "Default" / "Preferences").write_text(json.dumps(PREFERENCES))
+        self._thread.start()
+        # Every browser context gets its own checking proxy (page.py); this one, for the default
+        # context and the browser's own requests, lets nothing out.
+        proxy = self.run(self._guard.start())
+        self._process = subprocess.Popen([self.executable, f"--user-data-dir={self._profile}",
+                                          f"--proxy-server={proxy}", f"--proxy-bypass-list={BYPASS_LIST}", *FLAGS],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          start_new_session=True)
         port_file, deadline = self._profile / "DevToolsActivePort", time.monotonic() + START_TIMEOUT_S
@@ -56,7 +70,6 @@ class Chromium:
                 raise BrowserError(f"{self.executable} did not start (exit code {self._process.poll()})")
             time.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        self._thread.start()
         self.run(self._connect(f"ws://127.0.0.1:{port}{path}"))
         return self
 
@@ -115,6 +128,7 @@ class Chromium:
                     await self._ws.close()
                 if self._http is not None:
                     await self._http.close()
+                await self._guard.close()
             try:
                 self.run(disconnect(), timeout=5)
             except Exception:  # closing anyway

@@ -1,6 +1,7 @@
 """One sample's tab: its own browser context (isolated cookies and storage), navigation, and text
 snapshots of the accessibility tree in which interactive elements carry refs (`@e3`) for click and
-type. All methods block; they run on the Chromium connection's loop."""
+type. All methods block; they run on the Chromium connection's loop. Every connection of the tab's
+context goes through its own `GuardProxy`, and a tool result lists the requests it refused."""
 
 from __future__ import annotations
 
@@ -9,21 +10,25 @@ import json
 from typing import Any
 
 from hermes_core.tools.browser.chromium import BrowserError, Chromium
+from hermes_core.tools.browser.guard import BYPASS_LIST, GuardProxy, Resolver
 
 LOAD_TIMEOUT_S = 30.0
 NAVIGATION_GRACE_S = 0.3  # after a click or key press: long enough to see a navigation start
 INTERACTIVE = {"link", "button", "textbox", "searchbox", "checkbox", "radio", "combobox", "listbox", "option",
                "menuitem", "tab", "switch", "slider", "spinbutton"}
 SKIPPED = {"none", "generic", "InlineTextBox", "LineBreak", "presentation"}
+BLOCKED_NOTE = ("The browser refused these connections (private, loopback or link-local addresses are not "
+                "reachable); nothing was loaded from them.")
 KEYS = {"Enter": 13, "Tab": 9, "Escape": 27, "Backspace": 8, "ArrowDown": 40, "ArrowUp": 38, "ArrowLeft": 37,
         "ArrowRight": 39, "PageDown": 34, "PageUp": 33, "Home": 36, "End": 35, "Space": 32}
 
 
 class Page:
-    """`Page.open(browser, max_chars)` makes the context and tab; `close()` disposes of both."""
+    """`Page.open(browser, resolve, max_chars)` makes the context and tab; `close()` disposes of both."""
 
-    def __init__(self, browser: Chromium, context_id: str, session: str, max_chars: int) -> None:
-        self.browser, self.context_id, self.session, self.max_chars = browser, context_id, session, max_chars
+    def __init__(self, browser: Chromium, guard: GuardProxy, context_id: str, session: str, max_chars: int) -> None:
+        self.browser, self.guard, self.context_id, self.session = browser, guard, context_id, session
+        self.max_chars = max_chars
         self.refs: dict[str, int] = {}  # "@e3" -> backend DOM node id, from the latest snapshot
         self.console: list[str] = []
         self._loaded = asyncio.Event()
@@ -31,13 +36,22 @@ class Page:
         browser.listen(session, self._on_event)
 
     @classmethod
-    def open(cls, browser: Chromium, max_chars: int = 8000) -> "Page":
+    def open(cls, browser: Chromium, resolve: Resolver, max_chars: int = 8000) -> "Page":
+        """A new tab in a new browser context whose connections `resolve` must allow (see guard.py)."""
         async def create() -> Page:
-            context = (await browser.send("Target.createBrowserContext", {"disposeOnDetach": True}))["browserContextId"]
-            target = (await browser.send("Target.createTarget", {"url": "about:blank",
-                                                                "browserContextId": context}))["targetId"]
-            session = (await browser.send("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
-            page = cls(browser, context, session, max_chars)
+            guard = GuardProxy(resolve)
+            try:
+                context = (await browser.send("Target.createBrowserContext", {
+                    "disposeOnDetach": True, "proxyServer": await guard.start(),
+                    "proxyBypassList": BYPASS_LIST}))["browserContextId"]
+                target = (await browser.send("Target.createTarget", {"url": "about:blank",
+                                                                    "browserContextId": context}))["targetId"]
+                session = (await browser.send("Target.attachToTarget",
+                                              {"targetId": target, "flatten": True}))["sessionId"]
+            except BaseException:
+                await guard.close()
+                raise
+            page = cls(browser, guard, context, session, max_chars)
             for domain in ("Page", "Runtime", "Accessibility", "DOM"):
                 await browser.send(f"{domain}.enable", session=session)
             return page
@@ -88,7 +102,8 @@ class Page:
         async def go() -> None:
             reply = await self._send("Page.navigate", {"url": url})
             if reply.get("errorText"):
-                raise BrowserError(f"{url}: {reply['errorText']}")
+                blocked = "".join(f"; blocked: {entry}" for entry in self.guard.take_blocked())
+                raise BrowserError(f"{url}: {reply['errorText']}{blocked}")
             await self._wait_for_load()
 
         return self._act(go)
@@ -155,8 +170,15 @@ class Page:
 
     def close(self) -> None:
         self.browser.forget(self.session)
+
+        async def dispose() -> None:
+            try:
+                await self.browser.send("Target.disposeBrowserContext", {"browserContextId": self.context_id})
+            finally:
+                await self.guard.close()
+
         try:
-            self.browser.run(self.browser.send("Target.disposeBrowserContext", {"browserContextId": self.context_id}))
+            self.browser.run(dispose())
         except BrowserError:
             pass  # the browser is gone already: nothing of this sample is left in it
 
@@ -203,5 +225,6 @@ class Page:
         if tree:
             walk(tree[0]["nodeId"], 0, "")
         text = "\n".join(lines)
+        blocked = self.guard.take_blocked()
         return {"url": url, "title": title, "snapshot": text[:self.max_chars], "truncated": len(text) > self.max_chars,
-                "untrusted_content": True}
+                "untrusted_content": True, **({"blocked": blocked, "blocked_note": BLOCKED_NOTE} if blocked else {})}
