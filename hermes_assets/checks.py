@@ -1,6 +1,10 @@
 """Asset checks on a run's `filtered_trajectories` (SPEC §5.4): the final file loads with HF
 `datasets`, has no duplicate sample keys, every sample of the dataset is accounted for, and the
-filters' discard rates stay under configurable thresholds."""
+filters' discard rates stay under configurable thresholds.
+
+The three correctness checks are blocking: an ERROR stops the assets downstream in the same run
+(Dagster's gating), and `refuse_if_blocked` makes the exports refuse to build in a later run while
+the latest evaluation of one of them failed. The discard rates are warnings and never gate."""
 
 
 import os
@@ -201,6 +205,35 @@ CHECKS: dict[str, tuple[str, Callable[[RunPaths], dg.AssetCheckResult]]] = {
 }
 
 
+# Broken data (not a pending or low-quality run): an ERROR result of these keeps the exports from building.
+BLOCKING = frozenset({"loads_with_hf_datasets", "no_duplicate_sample_keys", "every_sample_accounted_for"})
+
+
+def failed_blocking_checks(instance: dg.DagsterInstance, run_name: str) -> list[str]:
+    """Blocking checks of the run whose latest evaluation (in any Dagster run) failed with ERROR severity."""
+    target = dg.AssetKey([run_name, "filtered_trajectories"])
+    failed = []
+    for name in sorted(BLOCKING):
+        record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(target, name))
+        evaluation = record.evaluation if record else None  # None: planned but never evaluated
+        if evaluation is not None and not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR:
+            failed.append(name)
+    return failed
+
+
+def refuse_if_blocked(context: dg.AssetExecutionContext, run_name: str) -> None:
+    """Dagster gates blocking checks within one run only; an export launched in a later run asks the
+    instance, so a failed check keeps the exports from building until the checks pass again."""
+    failed = failed_blocking_checks(context.instance, run_name)
+    if failed:
+        raise dg.Failure(
+            description=f"not exported: blocking check(s) {', '.join(failed)} of {run_name}/filtered_trajectories "
+            "failed on their latest evaluation; fix the data and materialize filtered_trajectories (which runs "
+            "its checks) until they pass",
+            metadata={"failed_checks": ", ".join(failed)},
+        )
+
+
 def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefinition]:
     """The checks of one run's `filtered_trajectories` (in one step; any subset can run); they read
     the run folder's files."""
@@ -208,7 +241,7 @@ def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefi
     target = dg.AssetKey([recipe.run_name, "filtered_trajectories"])
 
     @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(name, asset=target, description=description)
+        specs=[dg.AssetCheckSpec(name, asset=target, description=description, blocking=name in BLOCKING)
                for name, (description, _) in CHECKS.items()],
         name=f"{recipe.run_name}__filtered_trajectories_checks", can_subset=True,
     )
@@ -236,3 +269,9 @@ def format_check_results(result: dg.ExecuteInProcessResult) -> list[str]:
             level = "warning" if evaluation.severity == dg.AssetCheckSeverity.WARN else "error"
             lines.append(f"check {evaluation.check_name} ({level}): {evaluation.description or 'did not pass'}")
     return lines
+
+
+def blocking_failures(result: dg.ExecuteInProcessResult) -> list[str]:
+    """Names of the blocking checks that failed with ERROR severity in this run (they stopped its downstream steps)."""
+    return sorted(e.check_name for e in result.get_asset_check_evaluations()
+                  if e.blocking and not e.passed and e.severity == dg.AssetCheckSeverity.ERROR)

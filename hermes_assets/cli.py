@@ -33,10 +33,11 @@ from hermes_core.batch.stats import format_summary
 from hermes_core.batch.stopping import interrupt
 from hermes_assets.instance import get_instance
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
-from hermes_assets.checks import build_run_checks, format_check_results
+from hermes_assets.checks import blocking_failures, build_run_checks, format_check_results
 from hermes_assets.compression_assets import build_compression_assets
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.slots import process_tags, wait_for_slot
+from hermes_assets.versions import run_tags
 
 ENVIRONMENT_HELP = """
 environment (flags win):
@@ -163,6 +164,10 @@ def _compression_flags(args: argparse.Namespace) -> dict | None:
     return {"target_max_tokens": args.compress_target_max_tokens} if args.compress_target_max_tokens else {}
 
 
+# Where hermes-batch puts the key it resolved (--api_key, else $HERMES_API_KEY / $OPENAI_API_KEY) for its own run.
+CLI_KEY_ENV = "HERMES_BATCH_API_KEY"
+
+
 def run_batch(args: argparse.Namespace) -> int:
     if not args.plan_only:
         hf_loading.start_loader()  # the check after the run loads the output with HF datasets
@@ -206,12 +211,17 @@ def run_batch(args: argparse.Namespace) -> int:
     checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
     # Without --verbose Dagster prints nothing: each failure is reported below in one line, not as its stack trace.
     logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}}}
+    # The key reaches the resource through this process's environment: a value given to the resource
+    # would be stored in the instance (the job snapshot keeps a resource's given values as config defaults).
+    os.environ[CLI_KEY_ENV] = endpoint.api_key
     resources = {"model_endpoint": ModelEndpointResource(
-        base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=args.max_retries,
+        base_url=endpoint.base_url, api_key=dg.EnvVar(CLI_KEY_ENV), max_retries=args.max_retries,
         max_concurrent_requests=args.max_concurrent_requests)}
 
     instance = get_instance()  # once: each load costs ~0.4 s
-    planned = _materialize(instance, assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=logs)
+    hermes_tags = run_tags(recipe, dataset.sha256)  # the Runs page filters on these
+    planned = _materialize(instance, assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=logs,
+                           tags=hermes_tags)
     if not planned.success:
         raise RecipeError(_first_error(planned))
     todo = pipeline.plan(recipe, paths)
@@ -232,7 +242,8 @@ def run_batch(args: argparse.Namespace) -> int:
             instance, assets, [keys["raw_trajectories"]], resources,
             run_config={**logs, "ops": {f"{recipe.run_name}__raw_trajectories": {
                 "config": {"show_progress": True, "verbose": args.verbose}}}},
-            tags={"dagster/asset_partition_range_start": pending[0], "dagster/asset_partition_range_end": pending[-1]},
+            tags={**hermes_tags, "dagster/asset_partition_range_start": pending[0],
+                  "dagster/asset_partition_range_end": pending[-1]},
         )
         raw_ok = raw.success
         if not raw_ok:
@@ -240,11 +251,15 @@ def run_batch(args: argparse.Namespace) -> int:
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
     finishing = [keys[name] for name in ("filtered_trajectories", "statistics", "compressed_trajectories") if name in keys]
-    final = _materialize(instance, [*assets, *checks], finishing, resources, run_config=logs)
-    if not final.success:
-        raise RecipeError(_first_error(final))
+    final = _materialize(instance, [*assets, *checks], finishing, resources, run_config=logs, tags=hermes_tags)
     for line in format_check_results(final):
         print(line, file=sys.stderr)
+    if blocked := blocking_failures(final):  # they stopped the steps after filtered_trajectories
+        print(f"error: blocking check(s) failed: {', '.join(blocked)}; statistics and the exports were not "
+              "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
+        return 1
+    if not final.success:
+        raise RecipeError(_first_error(final))
     stats = pipeline.read_statistics(paths)
     outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
                "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}

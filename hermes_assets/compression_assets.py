@@ -15,7 +15,6 @@ from typing import Any, Mapping, Optional
 
 import dagster as dg
 
-from hermes_core import __version__
 from hermes_core.formats.compression import METRICS_FILE, CompressionConfig, compress_file, load_counter
 from hermes_core.config import Endpoint
 from hermes_core.batch.pipeline import RunPaths
@@ -23,6 +22,7 @@ from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.slots import tag_run
 from hermes_assets.metadata import bar_chart
+from hermes_assets.versions import CODE_VERSIONS
 
 COMPRESSION_ENV = "HERMES_COMPRESSION"
 OUTPUT_FILE = "trajectories.compressed.jsonl"
@@ -74,7 +74,7 @@ def _endpoint(settings: Mapping[str, Any], recipe: Recipe, resource: ModelEndpoi
     """The summariser endpoint: the compression settings' own URL/model, else the run's (SPEC §13)."""
     model = settings.get("model") or recipe.model
     if settings.get("base_url"):
-        endpoint = Endpoint.resolve(settings["base_url"], resource.api_key, model, max_retries=resource.max_retries,
+        endpoint = Endpoint.resolve(settings["base_url"], resource.api_key(), model, max_retries=resource.max_retries,
                                     backoff_base_s=resource.backoff_base_s)
     else:
         endpoint = resource.endpoint(model, recipe.base_url)
@@ -93,7 +93,7 @@ def compression_metadata(report: dict[str, Any], recipe: Recipe) -> dict[str, An
         "tokenizer": report["tokenizer"]["description"],
         "target_max_tokens": report["settings"]["target_max_tokens"],
         "skipped": dg.MetadataValue.md(bar_chart("rows", counts["skipped"] or {"none": 0})),
-        "recipe_fingerprint": recipe.fingerprint(), "code_version": __version__,
+        "recipe_fingerprint": recipe.fingerprint(), "code_version": CODE_VERSIONS["compressed_trajectories"],
         "path": dg.MetadataValue.path(report["output"]),
         "metrics_file": dg.MetadataValue.path(report["metrics_file"]),
     }
@@ -108,7 +108,7 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
     paths = RunPaths(run_dir(data_root, run))
 
     @dg.asset(
-        key_prefix=[run], group_name=run, code_version=__version__,
+        key_prefix=[run], group_name=run, code_version=CODE_VERSIONS["compressed_trajectories"],
         deps=[dg.AssetKey([run, "filtered_trajectories"])],
         pool=MODEL_POOL,  # it drives a model endpoint like raw_trajectories, so it shares the cap
         description=f"Trajectories fitted into a token budget (middle spans summarised): {OUTPUT_FILE} "

@@ -12,10 +12,12 @@ from hermes_core.batch.recipe import Recipe
 from hermes_assets.checks import build_run_checks
 from hermes_assets.compression_assets import build_compression_assets
 from hermes_assets.export_assets import build_export_assets
+from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.runs_file import resolve_recipes
 from hermes_assets.sensors import build_run_jobs, build_run_sensor
+from hermes_assets.table_assets import build_table_assets
 
 
 def build_definitions(
@@ -30,8 +32,8 @@ def build_definitions(
     assets, checks, jobs, sensors = [], [], [], []
     for recipe in recipes:
         assets += build_run_assets(recipe, root) + build_compression_assets(recipe, root)
-        assets += build_export_assets(recipe, root)
-        checks += build_run_checks(recipe, root)
+        assets += build_export_assets(recipe, root) + build_table_assets(recipe, root)
+        checks += build_run_checks(recipe, root) + build_partition_checks(recipe, root)
         run_jobs = build_run_jobs(recipe)
         jobs += run_jobs
         sensors.append(build_run_sensor(recipe, root, sensor_interval_seconds, jobs=run_jobs))

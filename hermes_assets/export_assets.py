@@ -2,17 +2,16 @@
 card, pushed to $HERMES_HF_REPO when that is set) and `trl_messages` (OpenAI messages for TRL).
 Thin: the work is in `hermes_core.exports`."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from hermes_core import __version__
 from hermes_core.exports import REPO_ENV
 from hermes_core.batch.recipe import Recipe, run_dir
+from hermes_assets.versions import CODE_VERSIONS
+from hermes_assets.checks import refuse_if_blocked
 
 
 def _schema(features: Any) -> dg.TableSchema:
@@ -25,14 +24,18 @@ def _schema(features: Any) -> dg.TableSchema:
 def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
     run = recipe.run_name
     folder = run_dir(data_root, run)
-    # After statistics too: the dataset card quotes the run's counts from statistics.json.
-    common = {"key_prefix": [run], "group_name": run, "code_version": __version__,
+    # After statistics too: the dataset card quotes the run's counts from statistics.json. The blocking
+    # checks of filtered_trajectories gate both exports: in the same run Dagster skips them, in a later
+    # run `refuse_if_blocked` fails them with the names of the failed checks.
+    common = {"key_prefix": [run], "group_name": run, "code_version": CODE_VERSIONS["exports"],
               "deps": [dg.AssetKey([run, "filtered_trajectories"]), dg.AssetKey([run, "statistics"])]}
 
     @dg.asset(**common, description="Kept trajectories as an HF dataset (save_to_disk) and Parquet, with a "
               f"dataset card, one fixed schema; pushed to the Hub when ${REPO_ENV} is set.")
-    def hf_dataset() -> dg.MaterializeResult:
+    def hf_dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import hf
+
+        refuse_if_blocked(context, run)
 
         result = hf.export_hf(folder)
         metadata: dict[str, object] = {
@@ -49,8 +52,10 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
 
     @dg.asset(**common, description="Kept trajectories as OpenAI messages (tool_calls, role: tool, "
               "reasoning_content) with a JSON-string tools column, for TRL SFTTrainer: JSONL + Parquet.")
-    def trl_messages() -> dg.MaterializeResult:
+    def trl_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import trl
+
+        refuse_if_blocked(context, run)
 
         result = trl.export_trl(folder)
         return dg.MaterializeResult(metadata={

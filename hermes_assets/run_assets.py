@@ -8,9 +8,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from hermes_core import __version__
 from hermes_core.formats import hf_loading
 from hermes_core.batch import pipeline
+from hermes_core.batch.ledger import BatchPlan
+from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.progress import Progress
 from hermes_core.batch.recipe import Recipe, run_dir
@@ -19,6 +20,9 @@ from hermes_assets.metadata import bar_chart
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
 from hermes_assets.slots import abandon_run, tag_run
+from hermes_assets.versions import (CODE_VERSIONS, build_dataset_source, file_version, keys_version,
+                                    lineage_metadata, observe_dataset, partition_materialization,
+                                    planned_dataset_sha256)
 
 
 
@@ -31,43 +35,36 @@ def batches_partitions(run_name: str) -> dg.DynamicPartitionsDefinition:
     return dg.DynamicPartitionsDefinition(name=f"{run_name}__batches")
 
 
-def batch_metadata(outcome: "pipeline.BatchOutcome", recipe: Recipe) -> dict[str, object]:
-    """What an auditor needs to go from a partition to the code, recipe and dataset behind it."""
-    return {
-        "samples_run": outcome.run, "samples_skipped": outcome.skipped, "kept": outcome.kept,
-        "discarded": outcome.discarded, "failed_terminal": outcome.failed_terminal,
-        "api_calls": outcome.api_calls, "total_tokens": outcome.total_tokens,
-        "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
-        "wall_seconds": round(outcome.wall_seconds, 3),
-        "recipe_fingerprint": recipe.fingerprint(), "code_version": __version__,
-    }
-
-
-def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
+def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition | dg.SourceAsset]:
     run = recipe.run_name
     paths = RunPaths(run_dir(data_root, run))
     partitions = batches_partitions(run)
-    common = {"key_prefix": [run], "group_name": run, "code_version": __version__}
+    common = {"key_prefix": [run], "group_name": run}
+    dataset_file = build_dataset_source(recipe)
 
-    @dg.asset(**common, description="The dataset, validated and keyed by content (SPEC §1–2).")
-    def prompts() -> dg.MaterializeResult:
+    @dg.asset(**common, deps=[dataset_file], code_version=CODE_VERSIONS["prompts"],
+              description="The dataset, validated and keyed by content (SPEC §1–2); its data version "
+              "hashes the ordered sample keys.")
+    def prompts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         adopt_recipe(data_root, recipe)  # a run declared in the runs file gets its folder and recipe here
         dataset = pipeline.load_prompts(recipe, paths)
         preview = "\n".join(
             f"| {s.prompt_index} | `{s.sample_key[:12]}` | {s.prompt[:80].replace('|', '/').replace(chr(10), ' ')} |"
             for s in dataset.samples[:10]
         )
-        return dg.MaterializeResult(metadata={
+        versions = {"data_version": keys_version(s.sample_key for s in dataset.samples),
+                    "tags": observe_dataset(context.instance, run, dataset.sha256)}
+        return dg.MaterializeResult(**versions, metadata={
             "rows": len(dataset.samples),
             "invalid_lines": len(dataset.invalid),
             "duplicates": dataset.duplicates,
-            "dataset_sha256": dataset.sha256,
-            "recipe_fingerprint": recipe.fingerprint(),
+            **lineage_metadata(recipe, dataset.sha256),
             "dataset_file": dg.MetadataValue.path(str(dataset.path)),
             "preview": dg.MetadataValue.md("| index | key | prompt |\n|---|---|---|\n" + preview),
         })
 
-    @dg.asset(**common, deps=[prompts], description="Toolsets drawn per sample (seeded); batches planned.")
+    @dg.asset(**common, deps=[prompts], code_version=CODE_VERSIONS["toolset_assignments"],
+              description="Toolsets drawn per sample (seeded); batches planned.")
     def toolset_assignments(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         assignments, new_batches = pipeline.assign_toolsets(recipe, paths)
         if new_batches:
@@ -84,6 +81,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     @dg.asset(
         **common,
         deps=[toolset_assignments],
+        code_version=CODE_VERSIONS["raw_trajectories"],
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         pool=MODEL_POOL,
@@ -97,6 +95,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
         progress = Progress(verbose=config.verbose) if config.show_progress else None
         finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
+        plan, dataset_sha256 = BatchPlan(paths.batches), planned_dataset_sha256(paths)
         result: dict[str, object] = {}
 
         def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
@@ -119,9 +118,9 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             while (outcome := finished.get()) is not None:
                 if outcome.failed_retryable:
                     continue  # stays failed/missing in the UI: materializing it again is the resume
-                yield dg.AssetMaterialization(
-                    asset_key=context.asset_key, partition=outcome.partition_key, metadata=batch_metadata(outcome, recipe),
-                )
+                yield partition_materialization(context.instance, context.asset_key, outcome,
+                                                plan.get(outcome.partition_key), open_ledger(paths.raw), recipe,
+                                                dataset_sha256)
             worker.join()
         if progress:
             progress.finish()
@@ -138,16 +137,18 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 metadata={"failed_batches": dg.MetadataValue.json(failed)},
             )
 
-    @dg.asset(**common, deps=[raw_trajectories], description="Kept trajectories merged in prompt order.")
+    @dg.asset(**common, deps=[raw_trajectories], code_version=CODE_VERSIONS["filtered_trajectories"],
+              description="Kept trajectories merged in prompt order.")
     def filtered_trajectories() -> dg.MaterializeResult:
         counts = pipeline.write_trajectories(paths)
         hf_loading.prefetch(paths.trajectories)  # the loads_with_hf_datasets check's load starts now
-        return dg.MaterializeResult(metadata={
+        return dg.MaterializeResult(data_version=file_version(paths.trajectories), metadata={
             "kept_rows": counts["kept"], "samples_done": counts["done"],
             "path": dg.MetadataValue.path(str(paths.trajectories)),
         })
 
-    @dg.asset(**common, deps=[filtered_trajectories], description="Whole-run statistics (SPEC §9).")
+    @dg.asset(**common, deps=[filtered_trajectories], code_version=CODE_VERSIONS["statistics"],
+              description="Whole-run statistics (SPEC §9).")
     def statistics() -> dg.MaterializeResult:
         stats = pipeline.write_statistics(recipe, paths)
         tools = sorted(stats["tool_statistics"].items(), key=lambda item: -item[1]["count"])
@@ -155,7 +156,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             f"| {name} | {s['count']} | {s['success']} | {s['failure']} | {s['success_rate']}% |"
             for name, s in tools if s["count"]
         )
-        return dg.MaterializeResult(metadata={
+        return dg.MaterializeResult(data_version=file_version(paths.statistics), metadata={
             **{f"count_{k}": v for k, v in stats["counts"].items()},
             "api_calls": stats["api_calls"],
             "total_tokens": stats["usage"]["total_tokens"],
@@ -167,4 +168,4 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "path": dg.MetadataValue.path(str(paths.statistics)),
         })
 
-    return [prompts, toolset_assignments, raw_trajectories, filtered_trajectories, statistics]
+    return [dataset_file, prompts, toolset_assignments, raw_trajectories, filtered_trajectories, statistics]

@@ -32,6 +32,7 @@ from hermes_assets.compression_assets import recipe_compression
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.run_assets import batches_partitions
 from hermes_assets.slots import reap_dead_runs
+from hermes_assets.versions import run_tags
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -143,7 +144,9 @@ def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Pat
     dataset = dataset_state(dataset_file, cursor.get("dataset"))
 
     def result(candidates: dict[str, dg.RunRequest], waiting: str, **extra: Any) -> dg.SensorResult:
-        fresh = [request for key, request in candidates.items() if key not in requested]
+        hermes_tags = run_tags(recipe, dataset["sha256"])  # the Runs page filters on these
+        fresh = [request.with_replaced_attrs(tags={**hermes_tags, **request.tags})
+                 for key, request in candidates.items() if key not in requested]
         # Keep only keys still relevant, so the cursor stays small and stale keys can't block anything.
         kept = sorted((requested & set(candidates)) | {request.run_key for request in fresh})
         state = json.dumps({"dataset": dataset, "requested": kept}, sort_keys=True)

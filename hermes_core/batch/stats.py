@@ -1,13 +1,17 @@
-"""Run statistics (SPEC §9) over the whole run — every partition and every past invocation."""
+"""Run statistics (SPEC §9) over the whole run — every partition and every past invocation.
+
+Statistics are sums over the per-sample rows (`sample_rows`), the rows of the auditors' pandas table
+(`sample_table.py`): a notebook summing that table gets the numbers statistics.json and the UI show.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Iterable
 
 from hermes_core.formats.filters import Disposition
-from hermes_core.batch.ledger import Ledger
+from hermes_core.batch.ledger import Batch, Ledger
 from hermes_core.batch.recipe import Recipe
 
 DISPOSITIONS = (Disposition.KEPT, Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL, Disposition.DISCARDED_INCOMPLETE, Disposition.FAILED_RETRYABLE,
@@ -25,6 +29,48 @@ def _rate(part: int, whole: int) -> float:
     return round(100.0 * part / whole, 2) if whole else 0.0
 
 
+def sample_rows(assignments: Iterable[dict[str, Any]], ledger: Ledger,
+                batch_of: dict[str, Batch] | None = None) -> list[dict[str, Any]]:
+    """One row per sample of the dataset as loaded now, in prompt order, from its latest ledger
+    summary (no trajectory is read). `assignments` are the samples' draws (`sample_key`, `toolsets`,
+    optionally `prompt_index`); `batch_of` the batch plan's member -> batch.
+
+    A sample without a record has disposition None and zero counts. Spend (api calls, tokens, cost,
+    sandboxes) is the latest attempt's; `ledger.spent` also counts superseded attempts. `tool_stats`
+    is the row's `{tool: {count, success, failure}}` (the table spreads it into one column per tool)."""
+    rows = []
+    batch_of = batch_of or {}
+    for draw in assignments:
+        key = draw["sample_key"]
+        record = ledger.latest.get(key)
+        batch = batch_of.get(key)
+        usage = (record or {}).get("usage") or {}
+        with_row = bool(record and record["has_row"])
+        turns = record["reasoning_turns"] if with_row else (0, 0)
+        rows.append({
+            "sample_key": key,
+            "prompt_index": draw.get("prompt_index", (record or {}).get("prompt_index")),
+            "batch": batch.key if batch else (record or {}).get("partition_key"),
+            "batch_num": batch.number if batch else None,
+            "disposition": record["disposition"] if record else None,
+            # ledgers from before attempts were recorded: count the failures, at least one try
+            "attempts": (record.get("attempt") or max(ledger.attempts(key), 1)) if record else 0,
+            "toolsets": draw["toolsets"],
+            "toolsets_lost": (record or {}).get("toolsets_lost") or [],
+            "api_calls": (record or {}).get("api_calls", 0),
+            **{name: usage.get(name, 0) for name in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            "cost_usd": (record or {}).get("cost_usd"),
+            "sandbox_created": int(bool((record or {}).get("sandbox_created"))),
+            "sandbox_failed": int(bool((record or {}).get("sandbox_failed"))),
+            "assistant_turns": turns[0],
+            "turns_with_reasoning": turns[1],
+            "error": (record or {}).get("error"),
+            "dagster_run_id": (record or {}).get("dagster_run_id"),
+            "tool_stats": record["tool_stats"] if with_row else {},
+        })
+    return rows
+
+
 def compute_statistics(
     recipe: Recipe,
     sample_toolsets: dict[str, list[str]],
@@ -36,27 +82,27 @@ def compute_statistics(
     reaped_leftovers: int = 0,
     sandbox_backend: str = "local",
 ) -> dict[str, Any]:
-    """`sample_toolsets` maps every sample key of the dataset as loaded now to its drawn toolsets."""
-    records = [ledger.latest[key] for key in sample_toolsets if key in ledger.latest]
-    counts = Counter(record["disposition"] for record in records)
+    """`sample_toolsets` maps every sample key of the dataset as loaded now to its drawn toolsets.
+    Counts are sums over `sample_rows`; spend (api calls, tokens, sandboxes) is `ledger.spent`: every
+    attempt ever paid for, which equals the rows' sums while each sample was tried once."""
+    rows = sample_rows(({"sample_key": key, "toolsets": toolsets} for key, toolsets in sample_toolsets.items()), ledger)
+    recorded = [row for row in rows if row["disposition"] is not None]
+    counts = Counter(row["disposition"] for row in recorded)
     tools: dict[str, dict[str, int]] = {}
-    turns = with_reasoning = 0
-    for record in records:  # ledger summaries: `tool_stats` is the row's
-        if not record["has_row"]:
-            continue
-        for name, stat in record["tool_stats"].items():
+    for row in recorded:
+        for name, stat in row["tool_stats"].items():
             total = tools.setdefault(name, {"count": 0, "success": 0, "failure": 0})
             for key in total:
                 total[key] += stat[key]
-        turns += record["reasoning_turns"][0]
-        with_reasoning += record["reasoning_turns"][1]
+    turns = sum(row["assistant_turns"] for row in recorded)
+    with_reasoning = sum(row["turns_with_reasoning"] for row in recorded)
     finished = sum(counts[d] for d in DISPOSITIONS if d != Disposition.FAILED_RETRYABLE)
     return {
         "run_name": recipe.run_name,
         "distribution": recipe.distribution,
         "model": recipe.model,
         "tool_call_mode": recipe.tool_call_mode,
-        "total_prompts": len(sample_toolsets),
+        "total_prompts": len(rows),
         "total_batches": total_batches,
         "batch_size": recipe.batch_size,
         "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -64,7 +110,7 @@ def compute_statistics(
         "counts": {
             **{d: counts[d] for d in DISPOSITIONS},
             "invalid_input_lines": invalid_input_lines,
-            "pending": len(sample_toolsets) - len(records) + counts[Disposition.FAILED_RETRYABLE],
+            "pending": len(rows) - len(recorded) + counts[Disposition.FAILED_RETRYABLE],
         },
         "tool_statistics": {
             name: {**s, "success_rate": _rate(s["success"], s["count"]), "failure_rate": _rate(s["failure"], s["count"])}
@@ -76,11 +122,11 @@ def compute_statistics(
             "turns_without_reasoning": turns - with_reasoning,
             "coverage_pct": _rate(with_reasoning, turns),
         },
-        "toolset_statistics": dict(Counter(t for toolsets in sample_toolsets.values() for t in toolsets).most_common()),
-        "toolsets_lost_samples": sum(1 for r in records if r.get("toolsets_lost")),
+        "toolset_statistics": dict(Counter(t for row in rows for t in row["toolsets"]).most_common()),
+        "toolsets_lost_samples": sum(1 for row in recorded if row["toolsets_lost"]),
         # Of the failed samples, most common first: the summary names the first.
-        "failure_reasons": dict(Counter(_failure_reason(r.get("error")) for r in records
-                                        if r["disposition"] in FAILED).most_common(REASONS_KEPT)),
+        "failure_reasons": dict(Counter(_failure_reason(row["error"]) for row in recorded
+                                        if row["disposition"] in FAILED).most_common(REASONS_KEPT)),
         "api_calls": ledger.spent["api_calls"],
         "usage": {k: ledger.spent[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         "sandbox": {

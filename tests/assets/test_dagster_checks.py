@@ -10,9 +10,12 @@ import dagster as dg
 import pytest
 
 from hermes_assets.checks import (
-    build_run_assets_and_checks, build_run_checks, format_check_results, rate_threshold,
+    BLOCKING, CHECKS, blocking_failures, build_run_assets_and_checks, build_run_checks, format_check_results,
+    rate_threshold,
 )
 from hermes_assets.cli import batch_main
+from hermes_assets.export_assets import build_export_assets
+from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe
@@ -38,8 +41,9 @@ def run_checks(run_name: str = "t1", *, with_asset: bool = False) -> dict[str, d
     target = dg.AssetKey([run_name, "filtered_trajectories"])
     selection = [target] if with_asset else dg.AssetSelection.checks_for_assets(target)
     result = dg.materialize([*assets, *checks], selection=selection, instance=dg.DagsterInstance.get(),
-                            resources={"model_endpoint": ModelEndpointResource()})
-    assert result.success  # a failed check never fails the run: it is reported
+                            resources={"model_endpoint": ModelEndpointResource()}, raise_on_error=False)
+    # A failed check is reported; only a blocking one failing with ERROR fails its step (Dagster's gate).
+    assert result.success or blocking_failures(result)
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
@@ -163,3 +167,95 @@ def test_rate_threshold_validation(monkeypatch):
         rate_threshold("HERMES_MAX_HALLUCINATION_RATE", 0.2)
     monkeypatch.setenv("HERMES_MAX_HALLUCINATION_RATE", "")
     assert rate_threshold("HERMES_MAX_HALLUCINATION_RATE", 0.2) == 0.2
+
+
+def materialize_with_exports(selection: dg.AssetSelection, run_name: str = "t1") -> dg.ExecuteInProcessResult:
+    """One run in the CLI's instance over the run's assets, exports and checks (what the code location holds)."""
+    root = data_root()
+    recipe = load_recipe(root, run_name)
+    assets, checks = build_run_assets_and_checks(recipe, root)
+    return dg.materialize([*assets, *build_export_assets(recipe, root), *checks], selection=selection,
+                          instance=dg.DagsterInstance.get(), resources={"model_endpoint": ModelEndpointResource()},
+                          raise_on_error=False)
+
+
+def exported(run_name: str = "t1") -> int:
+    """How many times hf_dataset was materialized."""
+    records = dg.DagsterInstance.get().fetch_materializations(dg.AssetKey([run_name, "hf_dataset"]), limit=100)
+    return len(records.records)
+
+
+def test_a_failed_blocking_check_stops_the_exports_in_the_same_run_and_later(isolated_homes, sim_url):
+    dataset = write_rows(isolated_homes / "d.jsonl", PROMPTS)
+    assert cli(dataset, sim_url) == 0
+    filtered, hf = dg.AssetKey(["t1", "filtered_trajectories"]), dg.AssetKey(["t1", "hf_dataset"])
+    trajectories = data_root() / "t1" / "trajectories.jsonl"
+    trajectories.write_text(trajectories.read_text() + trajectories.read_text().splitlines()[0] + "\n")
+
+    # The checks and the export in one run: Dagster skips the export after the blocking failure.
+    result = materialize_with_exports(dg.AssetSelection.checks_for_assets(filtered) | dg.AssetSelection.assets(hf))
+    assert blocking_failures(result) == ["loads_with_hf_datasets", "no_duplicate_sample_keys"]
+    assert exported() == 0
+    # The export alone in a later run: it reads the latest evaluations and refuses, naming the checks.
+    result = materialize_with_exports(dg.AssetSelection.assets(hf))
+    assert not result.success and exported() == 0
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "blocking check(s) loads_with_hf_datasets, no_duplicate_sample_keys" in failure
+
+    # filtered_trajectories rewrites the file; its checks pass and the export builds in the same run.
+    result = materialize_with_exports(dg.AssetSelection.assets(filtered, hf))
+    assert result.success and not blocking_failures(result) and exported() == 1
+
+    # A sample loaded but never planned persists through filtered_trajectories: an ERROR that gates.
+    write_rows(dataset, PROMPTS + [{"prompt": "A new row"}])
+    materialize_with_exports(dg.AssetSelection.assets(dg.AssetKey(["t1", "prompts"])))
+    result = materialize_with_exports(dg.AssetSelection.assets(filtered, hf))
+    assert blocking_failures(result) == ["every_sample_accounted_for"] and exported() == 1
+    # Dagster's own gate: the export's step waits on the failed check step and never starts.
+    assert "t1__hf_dataset" not in {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+    assert dg.AssetKey(["t1", "filtered_trajectories"]) in {e.asset_key for e in result.get_asset_materialization_events()}
+    assert not materialize_with_exports(dg.AssetSelection.assets(hf)).success and exported() == 1
+
+
+def test_discard_rates_warn_without_gating(isolated_homes, sim_url):
+    rows = [{"prompt": f"Explain {topic} [sim:no-reasoning]"} for topic in ("tides", "rain")] + PROMPTS[:1]
+    assert cli(write_rows(isolated_homes / "d.jsonl", rows), sim_url) == 0  # 2 of 3 judged: over the 0.5 default
+    filtered, hf = dg.AssetKey(["t1", "filtered_trajectories"]), dg.AssetKey(["t1", "hf_dataset"])
+    result = materialize_with_exports(dg.AssetSelection.assets(filtered, hf))
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert not evaluations["no_reasoning_rate"].passed and evaluations["no_reasoning_rate"].severity.value == "WARN"
+    assert {name for name, e in evaluations.items() if e.blocking} == set(BLOCKING)
+    assert result.success and exported() == 1
+
+
+def test_hermes_batch_exits_non_zero_on_a_failed_blocking_check(isolated_homes, sim_url, monkeypatch, capsys):
+    description, _ = CHECKS["no_duplicate_sample_keys"]
+    monkeypatch.setitem(CHECKS, "no_duplicate_sample_keys",
+                        (description, lambda paths: dg.AssetCheckResult(passed=False, description="2 copies of p0")))
+    assert cli(write_rows(isolated_homes / "d.jsonl", PROMPTS[:2]), sim_url) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: blocking check(s) failed: no_duplicate_sample_keys; statistics and the exports were "
+                      "not built. Fix trajectories.jsonl or the plan, then run the same command."]
+
+
+def test_partition_checks_name_the_broken_partitions(isolated_homes, sim_url):
+    rows = PROMPTS + [{"prompt": f"Run a command that prints {i}"} for i in range(4, 6)]
+    assert cli(write_rows(isolated_homes / "d.jsonl", rows), sim_url) == 0  # 3 batches of 2
+    root = data_root()
+    recipe = load_recipe(root, "t1")
+    raw = root / "t1" / "raw"
+    first, second, third = sorted(path.stem for path in raw.glob("*.jsonl"))
+    lines = (raw / f"{first}.jsonl").read_text().splitlines(keepends=True)
+    (raw / f"{first}.jsonl").write_text(lines[0] + '{"sample_key": "torn\n' + "".join(lines[1:]))  # damaged middle line
+    (raw / f"{second}.jsonl").write_text((raw / f"{second}.jsonl").read_text().splitlines(keepends=True)[0])
+    target = dg.AssetKey(["t1", "raw_trajectories"])
+    result = dg.materialize([*build_run_assets_and_checks(recipe, root)[0], *build_partition_checks(recipe, root)],
+                            selection=dg.AssetSelection.checks_for_assets(target), instance=dg.DagsterInstance.get(),
+                            resources={"model_endpoint": ModelEndpointResource()})
+    results = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    parsed, recorded = results["ledger_records_parse"], results["batch_members_recorded"]
+    assert not parsed.passed and meta(parsed)["by_partition"] == {
+        first: "1 damaged line(s): 2", second: "ok", third: "ok"}
+    assert not recorded.passed and meta(recorded)["failed_partition_keys"] == second
+    assert meta(recorded)["by_partition"][first] == meta(recorded)["by_partition"][third] == "ok"
+    assert "1 of 2 member(s) without a final record" in recorded.description

@@ -33,8 +33,8 @@ def test_each_run_is_an_asset_group_materializable_per_partition(isolated_homes,
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
     assert keys == {f"ui_run/{name}" for name in
-                    ("prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories", "statistics",
-                     "hf_dataset", "trl_messages")}
+                    ("dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
+                     "statistics", "hf_dataset", "trl_messages", "samples")}
     assets = list(defs.assets)
     with dg.instance_for_test() as instance:
         planned = dg.materialize(assets, instance=instance, resources=defs.resources, selection=["ui_run/prompts", "ui_run/toolset_assignments"])

@@ -15,8 +15,8 @@ from hermes_core.config import data_root
 from hermes_core.fileio import append_jsonl_durable
 from hermes_core.batch.recipe import Recipe, RecipeError, load_recipe, save_recipe
 
-RUN_KEYS = {"prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories", "statistics",
-            "hf_dataset", "trl_messages"}
+RUN_KEYS = {"dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
+            "statistics", "hf_dataset", "trl_messages", "samples"}
 
 
 def write_dataset(path: Path, count: int = 3) -> Path:

@@ -293,7 +293,7 @@ def test_asset_compresses_a_real_run_folder(isolated_homes, sim_url, monkeypatch
     instance = dg.DagsterInstance.get()
     result = dg.materialize(
         [*build_run_assets(recipe, root), asset], selection=[asset.key], instance=instance,
-        resources={"model_endpoint": ModelEndpointResource(base_url=sim_url, api_key="k")},
+        resources={"model_endpoint": ModelEndpointResource(base_url=sim_url)},
         run_config={"ops": {"long__compressed_trajectories": {"config": {
             "target_max_tokens": target, "summary_target_tokens": 100}}}},
     )

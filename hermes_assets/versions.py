@@ -1,0 +1,218 @@
+"""Data and code versions of a run's assets, and the partition-true metadata of `raw_trajectories`.
+
+Data versions (Dagster compares them to mark downstream assets stale):
+- `dataset_file` (an observable source asset): sha256 of the file's bytes, so any byte change is seen.
+- `prompts`: sha256 over the ordered sample keys. A key hashes a row's parsed content and the recipe
+  fingerprint, so reformatting a row's whitespace (or rewriting the file with the same rows) keeps the
+  version, while adding, removing, editing or *reordering* rows moves it: the order is the
+  `prompt_index` that every output row carries.
+- a `raw_trajectories` partition: sha256 over the latest ledger record of each member sample
+  (key, disposition, attempt, finished_at; "pending" without one): it moves exactly when a record lands.
+- `filtered_trajectories`, `statistics`: sha256 of the file they wrote.
+
+Code versions: a sha256 over the installed source files that shape an asset's rows (`ROW_SHAPING`),
+hashed once at import; not `hermes_core.__version__`, which stays the same while that code changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+# The provenance tags Dagster writes on the materializations it builds itself; a partition event
+# yielded by hand needs the same ones for the stale status (no public alias for these names).
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG, DEFAULT_DATA_VERSION,
+    NULL_EVENT_POINTER, get_input_data_version_tag, get_input_event_pointer_tag,
+)
+
+import hermes_core
+from hermes_core.batch.ledger import Batch, Ledger
+from hermes_core.batch.pipeline import BatchOutcome, RunPaths
+from hermes_core.batch.recipe import Recipe
+from hermes_core.formats.filters import Disposition
+
+PACKAGE_ROOT = Path(hermes_core.__file__).resolve().parent
+
+_RAW = ("batch/records.py", "batch/runner.py", "agent/loop.py", "agent/reasoning.py", "formats/sharegpt.py",
+        "formats/filters.py", "tools/registry.py")
+# Per asset, the hermes_core files (a folder: every .py under it) whose change changes what it writes.
+# Plumbing that moves bytes without shaping them (ledger storage, locks, progress) is left out on
+# purpose: changing it must not mark every run stale.
+ROW_SHAPING: dict[str, tuple[str, ...]] = {
+    # validation and keying; the recipe's fingerprint is part of every sample key
+    "prompts": ("batch/dataset.py", "batch/recipe.py"),
+    # the seeded toolset draw and the batch plan
+    "toolset_assignments": ("tools/distributions.py", "batch/ledger.py"),
+    # the agent loop, the tools offered, the ShareGPT row, its metadata and its disposition
+    "raw_trajectories": _RAW,
+    # the merge (pipeline.write_trajectories) of rows shaped upstream
+    "filtered_trajectories": ("batch/pipeline.py", "fileio.py"),
+    "statistics": ("batch/stats.py", "batch/pipeline.py"),
+    "compressed_trajectories": ("formats/compression/",),
+    "exports": ("exports/",),
+}
+
+
+def source_version(files: Iterable[str], root: Path = PACKAGE_ROOT) -> str:
+    """sha256 (16 hex) over the named files under `root` (a folder name: its .py files), path and bytes."""
+    paths: list[Path] = []
+    for name in files:
+        target = root / name
+        paths += sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+CODE_VERSIONS: dict[str, str] = {asset: source_version(files) for asset, files in ROW_SHAPING.items()}
+
+
+def dataset_asset_key(run: str) -> dg.AssetKey:
+    return dg.AssetKey([run, "dataset_file"])
+
+
+def build_dataset_source(recipe: Recipe) -> dg.SourceAsset:
+    """The run's dataset file as an observable source asset, versioned by its content sha256."""
+    path = Path(recipe.dataset_file)
+
+    @dg.observable_source_asset(
+        key=dataset_asset_key(recipe.run_name), group_name=recipe.run_name,
+        description=f"The dataset file {path}, versioned by the sha256 of its bytes.",
+    )
+    def dataset_file() -> dg.ObserveResult:
+        if not path.is_file():
+            raise dg.Failure(description=f"{path}: dataset file not found")
+        with open(path, "rb") as handle:
+            sha256 = hashlib.file_digest(handle, "sha256").hexdigest()  # as `prompts` records it
+        return dg.ObserveResult(data_version=dg.DataVersion(sha256), metadata={
+            "path": dg.MetadataValue.path(str(path)), "bytes": path.stat().st_size})
+
+    return dataset_file
+
+
+def observe_dataset(instance: dg.DagsterInstance, run: str, sha256: str) -> dict[str, str]:
+    """`prompts` reads the file itself, so the version it read is what it was built from: recorded as an
+    observation of the source when the last one differs (nobody observed the change yet), and named as
+    its input version in the tags it returns. Observing is then optional, never a step to forget."""
+    key = dataset_asset_key(run)
+    latest = instance.get_latest_data_version_record(key, is_source=True)
+    observed = latest.asset_observation if latest else None
+    if observed is None or (observed.tags or {}).get(DATA_VERSION_TAG) != sha256:
+        instance.report_runless_asset_event(dg.AssetObservation(asset_key=key, tags={
+            DATA_VERSION_TAG: sha256, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}))
+        latest = instance.get_latest_data_version_record(key, is_source=True)
+    return {get_input_data_version_tag(key): sha256,
+            get_input_event_pointer_tag(key): str(latest.storage_id) if latest else NULL_EVENT_POINTER}
+
+
+def _digest(parts: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() + b"\n")
+    return digest.hexdigest()[:24]
+
+
+def keys_version(sample_keys: Iterable[str]) -> dg.DataVersion:
+    """Version of the keyed sample set, in prompt order."""
+    return dg.DataVersion(_digest(sample_keys))
+
+
+def file_version(path: Path) -> dg.DataVersion:
+    with open(path, "rb") as handle:  # in blocks: trajectories.jsonl can be gigabytes
+        return dg.DataVersion(hashlib.file_digest(handle, "sha256").hexdigest()[:24])
+
+
+def _member_state(key: str, record: Mapping[str, Any] | None) -> str:
+    if record is None:
+        return f"{key} pending"
+    return f"{key} {record['disposition']} {record.get('attempt')} {record.get('finished_at')}"
+
+
+def partition_version(ledger: Ledger, batch: Batch) -> dg.DataVersion:
+    return dg.DataVersion(_digest(_member_state(k, ledger.latest.get(k)) for k in batch.members))
+
+
+def partition_state(ledger: Ledger, batch: Batch) -> dict[str, Any]:
+    """The partition as the ledger holds it: its members' latest records counted by disposition, and
+    the tokens and cost of those records (whatever invocation wrote them)."""
+    records = [ledger.latest[k] for k in batch.members if k in ledger.latest]
+    dispositions = [r["disposition"] for r in records]
+    costs = [r["cost_usd"] for r in records if r.get("cost_usd") is not None]
+    return {
+        "members": len(batch.members),
+        "kept": dispositions.count(Disposition.KEPT),
+        "discarded": sum(d.startswith("discarded") for d in dispositions),
+        "failed_terminal": dispositions.count(Disposition.FAILED_TERMINAL),
+        "failed_retryable": dispositions.count(Disposition.FAILED_RETRYABLE),
+        "pending": len(batch.members) - sum(d in Disposition.FINAL for d in dispositions),
+        "api_calls": sum(r.get("api_calls", 0) for r in records),
+        "total_tokens": sum((r.get("usage") or {}).get("total_tokens", 0) for r in records),
+        "cost_usd": round(sum(costs), 6) if costs else 0.0,
+    }
+
+
+def provenance_tags(
+    instance: dg.DagsterInstance, upstream: dg.AssetKey, code_version: str, data_version: dg.DataVersion
+) -> dict[str, str]:
+    """The data-version tags of a hand-built materialization: its version, its code version and the
+    version of its one upstream asset as of now (what Dagster compares to call it stale)."""
+    records = instance.fetch_materializations(upstream, limit=1).records
+    event = records[0].asset_materialization if records else None
+    upstream_version = event.tags.get(DATA_VERSION_TAG) if event and event.tags else None
+    return {
+        CODE_VERSION_TAG: code_version,
+        DATA_VERSION_TAG: data_version.value,
+        DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
+        get_input_data_version_tag(upstream): upstream_version or DEFAULT_DATA_VERSION.value,
+        get_input_event_pointer_tag(upstream): str(records[0].storage_id) if records else NULL_EVENT_POINTER,
+    }
+
+
+def lineage_metadata(recipe: Recipe, dataset_sha256: str) -> dict[str, Any]:
+    """What takes an auditor from an event to the recipe and dataset behind it."""
+    return {
+        "dataset_sha256": dataset_sha256,
+        "recipe_fingerprint": recipe.fingerprint(),
+        "recipe": dg.MetadataValue.json(json.loads(json.dumps(recipe.to_json(), default=str))),
+    }
+
+
+def planned_dataset_sha256(paths: RunPaths) -> str:
+    """The sha256 of the dataset as `prompts` last loaded it (what the batches were planned from)."""
+    return json.loads(paths.dataset.read_text())["sha256"]
+
+
+def run_tags(recipe: Recipe, dataset_sha256: str | None) -> dict[str, str]:
+    """Tags naming what a run works on, so the Runs page can be filtered by them."""
+    tags = {"hermes/run": recipe.run_name, "hermes/model": recipe.model, "hermes/distribution": recipe.distribution}
+    if dataset_sha256:
+        tags["hermes/dataset_sha256"] = dataset_sha256
+    return tags
+
+
+def partition_materialization(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, outcome: BatchOutcome, batch: Batch, ledger: Ledger,
+    recipe: Recipe, dataset_sha256: str,
+) -> dg.AssetMaterialization:
+    """A finished `raw_trajectories` partition: its state from the ledger (so a no-op re-run still shows
+    what it holds), what this invocation did, its lineage, and its data version from its records."""
+    upstream = dg.AssetKey([*asset_key.path[:-1], "toolset_assignments"])
+    code_version = CODE_VERSIONS["raw_trajectories"]
+    metadata = {
+        **partition_state(ledger, batch),
+        "samples_run": outcome.run, "samples_skipped": outcome.skipped,
+        "api_calls_this_run": outcome.api_calls, "tokens_this_run": outcome.total_tokens,
+        "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
+        "wall_seconds": round(outcome.wall_seconds, 3),
+        "batch_num": batch.number, **lineage_metadata(recipe, dataset_sha256), "code_version": code_version,
+    }
+    return dg.AssetMaterialization(
+        asset_key=asset_key, partition=outcome.partition_key, metadata=metadata,
+        tags=provenance_tags(instance, upstream, code_version, partition_version(ledger, batch)),
+    )
