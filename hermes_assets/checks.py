@@ -22,6 +22,7 @@ from hermes_core.batch.ledger import BatchPlan
 from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
+from hermes_assets.metadata import check_catalog
 from hermes_assets.run_assets import build_run_assets
 
 NO_REASONING_ENV = "HERMES_MAX_NO_REASONING_RATE"
@@ -241,7 +242,8 @@ def build_run_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChecksDefi
     target = dg.AssetKey([recipe.run_name, "filtered_trajectories"])
 
     @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(name, asset=target, description=description, blocking=name in BLOCKING)
+        specs=[dg.AssetCheckSpec(name, asset=target, description=description, blocking=name in BLOCKING,
+                                 metadata=check_catalog("output"))
                for name, (description, _) in CHECKS.items()],
         name=f"{recipe.run_name}__filtered_trajectories_checks", can_subset=True,
     )

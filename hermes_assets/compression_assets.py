@@ -21,7 +21,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.slots import tag_run
-from hermes_assets.metadata import bar_chart
+from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.versions import CODE_VERSIONS
 
 COMPRESSION_ENV = "HERMES_COMPRESSION"
@@ -109,6 +109,7 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
 
     @dg.asset(
         key_prefix=[run], group_name=run, code_version=CODE_VERSIONS["compressed_trajectories"],
+        **catalog("output", "openai", "json"),  # it calls a model endpoint to summarise
         deps=[dg.AssetKey([run, "filtered_trajectories"])],
         pool=MODEL_POOL,  # it drives a model endpoint like raw_trajectories, so it shares the cap
         description=f"Trajectories fitted into a token budget (middle spans summarised): {OUTPUT_FILE} "

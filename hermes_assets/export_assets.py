@@ -12,6 +12,7 @@ from hermes_core.exports import REPO_ENV
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.versions import CODE_VERSIONS
 from hermes_assets.checks import refuse_if_blocked
+from hermes_assets.metadata import catalog
 
 
 def _schema(features: Any) -> dg.TableSchema:
@@ -30,7 +31,8 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
     common = {"key_prefix": [run], "group_name": run, "code_version": CODE_VERSIONS["exports"],
               "deps": [dg.AssetKey([run, "filtered_trajectories"]), dg.AssetKey([run, "statistics"])]}
 
-    @dg.asset(**common, description="Kept trajectories as an HF dataset (save_to_disk) and Parquet, with a "
+    @dg.asset(**common, **catalog("export", "huggingface", "parquet"),
+              description="Kept trajectories as an HF dataset (save_to_disk) and Parquet, with a "
               f"dataset card, one fixed schema; pushed to the Hub when ${REPO_ENV} is set.")
     def hf_dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import hf
@@ -50,7 +52,8 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
             metadata["hub_commit"] = dg.MetadataValue.url(hf.push_to_hub(folder, repo))
         return dg.MaterializeResult(metadata=metadata)
 
-    @dg.asset(**common, description="Kept trajectories as OpenAI messages (tool_calls, role: tool, "
+    @dg.asset(**common, **catalog("export", "json", "parquet"),
+              description="Kept trajectories as OpenAI messages (tool_calls, role: tool, "
               "reasoning_content) with a JSON-string tools column, for TRL SFTTrainer: JSONL + Parquet.")
     def trl_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import trl

@@ -18,6 +18,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_core.fileio import json_loads
 from hermes_assets.checks import MAX_LISTED
+from hermes_assets.metadata import check_catalog
 
 PartitionProblem = Callable[[RunPaths, str], str | None]  # a partition key -> what is wrong with it, or None
 
@@ -88,7 +89,7 @@ def build_partition_checks(recipe: Recipe, data_root: Path) -> list[dg.AssetChec
     target = dg.AssetKey([recipe.run_name, "raw_trajectories"])
 
     @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(name, asset=target, description=description)
+        specs=[dg.AssetCheckSpec(name, asset=target, description=description, metadata=check_catalog("generation"))
                for name, (description, _) in PARTITION_CHECKS.items()],
         name=f"{recipe.run_name}__raw_trajectories_checks", can_subset=True,
     )

@@ -16,7 +16,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.progress import Progress
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_core.batch.stopping import graceful_signals
-from hermes_assets.metadata import bar_chart
+from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
 from hermes_assets.slots import abandon_run, tag_run
@@ -42,7 +42,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     common = {"key_prefix": [run], "group_name": run}
     dataset_file = build_dataset_source(recipe)
 
-    @dg.asset(**common, deps=[dataset_file], code_version=CODE_VERSIONS["prompts"],
+    @dg.asset(**common, **catalog("input", "json"), deps=[dataset_file], code_version=CODE_VERSIONS["prompts"],
               description="The dataset, validated and keyed by content (SPEC §1–2); its data version "
               "hashes the ordered sample keys.")
     def prompts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -63,7 +63,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "preview": dg.MetadataValue.md("| index | key | prompt |\n|---|---|---|\n" + preview),
         })
 
-    @dg.asset(**common, deps=[prompts], code_version=CODE_VERSIONS["toolset_assignments"],
+    @dg.asset(**common, **catalog("generation", "json"), deps=[prompts],
+              code_version=CODE_VERSIONS["toolset_assignments"],
               description="Toolsets drawn per sample (seeded); batches planned.")
     def toolset_assignments(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         assignments, new_batches = pipeline.assign_toolsets(recipe, paths)
@@ -80,6 +81,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
 
     @dg.asset(
         **common,
+        **catalog("generation", "openai"),  # it calls the model endpoint
         deps=[toolset_assignments],
         code_version=CODE_VERSIONS["raw_trajectories"],
         partitions_def=partitions,
@@ -137,7 +139,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 metadata={"failed_batches": dg.MetadataValue.json(failed)},
             )
 
-    @dg.asset(**common, deps=[raw_trajectories], code_version=CODE_VERSIONS["filtered_trajectories"],
+    @dg.asset(**common, **catalog("output", "json"), deps=[raw_trajectories],
+              code_version=CODE_VERSIONS["filtered_trajectories"],
               description="Kept trajectories merged in prompt order.")
     def filtered_trajectories() -> dg.MaterializeResult:
         counts = pipeline.write_trajectories(paths)
@@ -147,7 +150,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "path": dg.MetadataValue.path(str(paths.trajectories)),
         })
 
-    @dg.asset(**common, deps=[filtered_trajectories], code_version=CODE_VERSIONS["statistics"],
+    @dg.asset(**common, **catalog("output", "json"), deps=[filtered_trajectories],
+              code_version=CODE_VERSIONS["statistics"],
               description="Whole-run statistics (SPEC §9).")
     def statistics() -> dg.MaterializeResult:
         stats = pipeline.write_statistics(recipe, paths)

@@ -16,6 +16,7 @@ import dagster as dg
 
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_core.batch.sample_table import COLUMNS, TOOL_COLUMNS, sample_table
+from hermes_assets.metadata import catalog
 from hermes_assets.versions import source_version
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def build_table_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinit
     folder = run_dir(data_root, run)
 
     @dg.asset(
-        key_prefix=[run], group_name=run, kinds={"pandas"},
+        key_prefix=[run], group_name=run, **catalog("output", "pandas"),
         deps=[dg.AssetKey([run, "raw_trajectories"])],
         code_version=source_version(TABLE_SOURCES),
         metadata={"dagster/column_schema": column_schema(list(COLUMNS))},

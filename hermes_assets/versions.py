@@ -35,11 +35,14 @@ from hermes_core.batch.ledger import Batch, Ledger
 from hermes_core.batch.pipeline import BatchOutcome, RunPaths
 from hermes_core.batch.recipe import Recipe
 from hermes_core.formats.filters import Disposition
+from hermes_assets.metadata import source_catalog
 
 PACKAGE_ROOT = Path(hermes_core.__file__).resolve().parent
 
-_RAW = ("batch/records.py", "batch/runner.py", "agent/loop.py", "agent/reasoning.py", "formats/sharegpt.py",
-        "formats/filters.py", "tools/registry.py")
+# tools/ whole: every tool's schema is rendered into each row's system turn and its code writes the
+# tool results; endpoints/constrained.py is the tool-call protocol without a template.
+_RAW = ("batch/records.py", "batch/runner.py", "agent/", "formats/sharegpt.py", "formats/filters.py", "tools/",
+        "endpoints/constrained.py")
 # Per asset, the hermes_core files (a folder: every .py under it) whose change changes what it writes.
 # Plumbing that moves bytes without shaping them (ledger storage, locks, progress) is left out on
 # purpose: changing it must not mark every run stale.
@@ -82,7 +85,7 @@ def build_dataset_source(recipe: Recipe) -> dg.SourceAsset:
     path = Path(recipe.dataset_file)
 
     @dg.observable_source_asset(
-        key=dataset_asset_key(recipe.run_name), group_name=recipe.run_name,
+        key=dataset_asset_key(recipe.run_name), group_name=recipe.run_name, **source_catalog("input", "json"),
         description=f"The dataset file {path}, versioned by the sha256 of its bytes.",
     )
     def dataset_file() -> dg.ObserveResult:

@@ -72,3 +72,37 @@ def test_a_broken_recipe_is_reported_and_the_other_runs_still_load(isolated_home
     with pytest.warns(UserWarning, match="broken/recipe.json"):
         defs = build_definitions(root)
     assert dg.AssetKey(["ui_run", "prompts"]) in defs.resolve_asset_graph().get_all_asset_keys()
+
+
+def test_every_asset_and_check_of_a_run_is_catalogued(isolated_homes, sim_url, monkeypatch):
+    """What the catalog shows for a run's group: a description, owners (from $HERMES_ASSET_OWNERS, read
+    when the definitions load), kinds and the `hermes/stage` tag on every asset; checks (which take
+    no owners, kinds or tags in Dagster) a description, and the stage and owners in their metadata."""
+    from hermes_assets.compression_assets import COMPRESSION_ENV
+    from hermes_assets.metadata import STAGE_TAG, STAGES
+
+    monkeypatch.setenv(COMPRESSION_ENV, "1")  # so compressed_trajectories is in the group too
+    monkeypatch.setenv("HERMES_ASSET_OWNERS", "team:auditors, me@example.com")
+    root = data_root()
+    save_run(root, isolated_homes / "d.jsonl", sim_url)
+    graph = build_definitions(root).get_repository_def().asset_graph
+    nodes = [graph.get(key) for key in graph.get_all_asset_keys()]
+    assert {node.key.path[-1] for node in nodes} >= {"dataset_file", "raw_trajectories", "compressed_trajectories",
+                                                     "hf_dataset", "samples"}
+    for node in nodes:
+        name = node.key.to_user_string()
+        assert node.group_name == "ui_run", name
+        assert node.description, name
+        assert node.tags.get(STAGE_TAG) in STAGES, name
+        assert 1 <= len(node.kinds) <= 3, name
+        if node.is_materializable:  # a source asset's decorator takes no owners
+            assert node.owners == ["team:auditors", "me@example.com"], name
+    assert "openai" in graph.get(dg.AssetKey(["ui_run", "raw_trajectories"])).kinds
+    assert "pandas" in graph.get(dg.AssetKey(["ui_run", "samples"])).kinds
+    check_keys = graph.asset_check_keys
+    assert len(check_keys) >= 5
+    for key in check_keys:
+        spec = graph.get_check_spec(key)
+        assert spec.description, key
+        assert spec.metadata[STAGE_TAG] in STAGES, key
+        assert spec.metadata["owners"] == "team:auditors, me@example.com", key
