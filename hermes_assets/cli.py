@@ -25,7 +25,7 @@ from hermes_core.tools.distributions import DistributionError, format_distributi
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
-from hermes_core.batch.writer_lock import RunBusy, claim_run, release_claims
+from hermes_core.batch.writer_lock import RunBusy, claim_run, holding, release_claims
 from hermes_core.endpoints.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
@@ -357,7 +357,12 @@ def upload_ledger(args: argparse.Namespace) -> int:
         return 2
     from hermes_core.batch.object_ledger import upload_folder_ledger  # fsspec only when asked for
 
-    copied = upload_folder_ledger(folder / "raw", target)
+    try:
+        with holding(folder):  # a run appending to the folder's ledger meanwhile would lose its records
+            copied = upload_folder_ledger(folder / "raw", target)
+    except RunBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"copied {copied} record(s) to {target}; the folder's copy is kept beside it as raw.uploaded-*")
     return 0
 

@@ -23,6 +23,7 @@ from hermes_core.batch.ledgers import has_records, open_ledger
 from hermes_core.batch.object_ledger import ObjectLedger, upload_folder_ledger
 from s3_server import s3_endpoint, s3_ledger  # noqa: F401  (fixtures)
 from batch_runs import Sent, prompts, read_jsonl, record, run, write_dataset
+from test_one_writer import hold_elsewhere
 
 BIN = Path(sys.executable).parent
 
@@ -174,9 +175,17 @@ def test_a_run_begun_in_its_folder_moves_to_the_bucket_without_paying_twice(s3_l
     assert run(dataset, sim_server.base_url) == 2
     assert "hermes-foundry ledger-upload --run_name rs" in capsys.readouterr().err and not sent.counts()
 
+    run_dir = isolated_homes / "data" / "rs"
+    holder = hold_elsewhere(run_dir)  # a run still writing the folder's ledger: copying now would lose records
+    try:
+        assert foundry_main(["ledger-upload", "--run_name=rs"]) == 2
+        assert f"is already running: pid {holder.pid} on" in capsys.readouterr().err
+        assert (run_dir / "raw").is_dir() and not list(run_dir.glob("raw.uploaded-*"))
+    finally:
+        holder.kill()
+        holder.wait()
     assert foundry_main(["ledger-upload", "--run_name=rs"]) == 0
     assert "copied 6 record(s)" in capsys.readouterr().out
-    run_dir = isolated_homes / "data" / "rs"
     assert not (run_dir / "raw").exists() and len(list(run_dir.glob("raw.uploaded-*"))) == 1
     assert run(dataset, sim_server.base_url) == 0 and not sent.counts()  # every sample was already done
     assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 6
