@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator
 
 from hermes_core.config import ledger_location
 from hermes_core.fileio import json_bytes, json_loads, report_damage
+from hermes_core.sandbox.processes import process_start_time
 
 FOLDER = ".writer"  # in the run folder, and under the ledger URL
 LEASE_TTL_S = 30.0  # a lease not renewed for this long belongs to a dead holder
@@ -71,19 +72,11 @@ def _command() -> str:
     return command if len(command) <= 300 else command[:299] + "…"
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (pids are reused; this is not), or None."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _identity() -> dict[str, Any]:
     """This process as another one on the same kernel and pid namespace can check it is still alive."""
     try:
         return {"boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                "pid_ns": os.stat("/proc/self/ns/pid").st_ino, "start_ticks": _start_ticks(os.getpid())}
+                "pid_ns": os.stat("/proc/self/ns/pid").st_ino, "start_ticks": process_start_time(os.getpid())}
     except OSError:
         return {}
 
@@ -93,7 +86,7 @@ def _gone(holder: dict[str, Any]) -> bool:
     and its process is no more. Then its lease need not lapse first (a resume after kill -9)."""
     mine, theirs = _identity(), holder.get("process") or {}
     return bool(mine) and all(theirs.get(key) == mine[key] for key in ("boot_id", "pid_ns")) and \
-        _start_ticks(holder["pid"]) != theirs.get("start_ticks")
+        process_start_time(int(holder["pid"])) != theirs.get("start_ticks")
 
 
 def _overlaps(one: list[str] | None, other: list[str] | None) -> bool:
