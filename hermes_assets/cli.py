@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import sys
 import threading
 import warnings
@@ -32,11 +31,12 @@ from hermes_core.sandbox import known_backends
 from hermes_core.batch.stats import format_summary
 from hermes_core.batch.stopping import interrupt
 from hermes_assets.instance import get_instance
-from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
-from hermes_assets.checks import blocking_failures, build_run_checks, format_check_results
-from hermes_assets.compression_assets import build_compression_assets
-from hermes_assets.run_assets import build_run_assets
-from hermes_assets.slots import process_tags, wait_for_slot
+from hermes_assets.resources import MODEL_POOL
+from hermes_assets.checks import blocking_failures, format_check_results
+from hermes_assets.definitions import build_definitions
+from hermes_assets.launch import UiReload, execute_job, first_error, run_config
+from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
+from hermes_assets.slots import wait_for_slot
 from hermes_assets.versions import run_tags
 
 ENVIRONMENT_HELP = """
@@ -46,6 +46,8 @@ environment (flags win):
   HERMES_LEDGER_URL                               ledger on object storage, e.g. s3://bucket/ledgers (README:
                                                   Scaling out); credentials and endpoint the fsspec way
   DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
+  HERMES_DAGSTER_URL                              the Dagster UI to reload when a run is new or its recipe changed
+                                                  (default http://127.0.0.1:3000, `make dev`; empty: never)
   HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap)
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
                                                   sandbox limits and options (README: Sandboxes)
@@ -134,24 +136,6 @@ def _batch_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _materialize(instance: dg.DagsterInstance, assets: list, selection: list[dg.AssetKey], resources: dict,
-                 tags: dict[str, str] | None = None, **options) -> dg.ExecuteInProcessResult:
-    # The run names this process, so that if it dies the next run can fail it and free its slot.
-    return dg.materialize(assets, selection=selection, instance=instance, resources=resources,
-                          raise_on_error=False, tags={**(tags or {}), **process_tags()}, **options)
-
-
-def _first_error(result: dg.ExecuteInProcessResult) -> str:
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            error = event.step_failure_data.error
-            while error.cause and error.message.startswith("dagster."):
-                error = error.cause
-            # "dagster._core.definitions.events.Failure: 3 sample(s) failed ..." -> what follows the class
-            return re.sub(r"^dagster\.[\w.]+: ", "", error.message.strip())
-    return "the Dagster run failed"
-
-
 def _pairs(items: list[str]) -> dict[str, str] | None:
     if not all("=" in item for item in items):
         raise RecipeError(f"--tool_backend {next(i for i in items if '=' not in i)!r}: expected NAME=VALUE")
@@ -164,18 +148,9 @@ def _compression_flags(args: argparse.Namespace) -> dict | None:
     return {"target_max_tokens": args.compress_target_max_tokens} if args.compress_target_max_tokens else {}
 
 
-# Where hermes-batch puts the key it resolved (--api_key, else $HERMES_API_KEY / $OPENAI_API_KEY) for its own run.
-CLI_KEY_ENV = "HERMES_BATCH_API_KEY"
-
-
-def run_batch(args: argparse.Namespace) -> int:
-    if not args.plan_only:
-        hf_loading.start_loader()  # the check after the run loads the output with HF datasets
-    root = data_root(args.output_dir)
-    if args.ledger_url:  # a deployment setting like the data root: every step of this process reads it
-        os.environ["HERMES_LEDGER_URL"] = args.ledger_url
-    endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
-    recipe = Recipe(
+def _recipe(args: argparse.Namespace, endpoint: Endpoint) -> Recipe:
+    """The run's recipe, from the flags."""
+    return Recipe(
         run_name=args.run_name, dataset_file=str(dataset_path(args.dataset_file)), model=endpoint.model,
         base_url=endpoint.base_url, distribution=args.distribution,
         distributions_file=str(Path(args.distributions_file).resolve()) if args.distributions_file else None,
@@ -192,38 +167,59 @@ def run_batch(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout, sample_timeout_s=args.sample_timeout or None,
         endpoint_preflight=args.preflight,
     )
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    if not args.plan_only:
+        hf_loading.start_loader()  # the check after the run loads the output with HF datasets
+    root = data_root(args.output_dir)
+    if args.ledger_url:  # a deployment setting like the data root: every step of this process reads it
+        os.environ["HERMES_LEDGER_URL"] = args.ledger_url
+    endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
+    recipe = _recipe(args, endpoint)
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
     dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
                            max_samples=recipe.max_samples)
     if dataset.invalid:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
-    claim_run(run_dir(root, recipe.run_name))  # one writer per run: another process on it is refused here
-    check_one_ledger(run_dir(root, recipe.run_name))
+    folder = run_dir(root, recipe.run_name)
+    claim_run(folder)  # one writer per run: another process on it is refused here
+    check_one_ledger(folder)
+    saved = folder / "recipe.json"
+    before = saved.read_bytes() if saved.is_file() else None
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
+    # A new run or a changed recipe changes the code location: the UI reloads it while this run works.
+    reload = UiReload(recipe.run_name) if saved.read_bytes() != before else None
     backend = pipeline.sandbox_backend(recipe)
     if not backend.isolated:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
               file=sys.stderr)
-    paths = RunPaths(run_dir(root, recipe.run_name))
-    assets = build_run_assets(recipe, root) + build_compression_assets(recipe, root)
-    keys = {a.key.path[-1]: a.key for a in assets}
-    checks = build_run_checks(recipe, root)  # run along with filtered_trajectories
-    # Without --verbose Dagster prints nothing: each failure is reported below in one line, not as its stack trace.
-    logs = {"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}}}
-    # The key reaches the resource through this process's environment: a value given to the resource
-    # would be stored in the instance (the job snapshot keeps a resource's given values as config defaults).
-    os.environ[CLI_KEY_ENV] = endpoint.api_key
-    resources = {"model_endpoint": ModelEndpointResource(
-        base_url=endpoint.base_url, api_key=dg.EnvVar(CLI_KEY_ENV), max_retries=args.max_retries,
-        max_concurrent_requests=args.max_concurrent_requests)}
+    code = _run_phases(args, root, recipe, endpoint, dataset.sha256)
+    if reload:
+        reload.report()
+    return code
 
+
+def _run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: Endpoint, dataset_sha256: str) -> int:
+    """Plan, run the pending batches, finalize: each phase a run of the run's own job (launch.py)."""
+    run, paths = recipe.run_name, RunPaths(run_dir(root, recipe.run_name))
+    defs = build_definitions(root, recipes=[recipe])  # the run's part of the code location
+    config = run_config(args.verbose, endpoint.base_url, args.api_key, args.max_retries, args.max_concurrent_requests)
     instance = get_instance()  # once: each load costs ~0.4 s
-    hermes_tags = run_tags(recipe, dataset.sha256)  # the Runs page filters on these
-    planned = _materialize(instance, assets, [keys["prompts"], keys["toolset_assignments"]], resources, run_config=logs,
-                           tags=hermes_tags)
+    hermes_tags = run_tags(recipe, dataset_sha256)  # the Runs page filters on these
+
+    def phase(job_name: str, ops: dict | None = None, tags: dict[str, str] | None = None,
+              skip: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
+        job = defs.resolve_job_def(job_name)
+        keys = job.asset_layer.selected_asset_keys
+        kept = {key for key in keys if key.path[-1] not in skip}
+        return execute_job(instance, job, {**config, **({"ops": ops} if ops else {})}, {**hermes_tags, **(tags or {})},
+                           assets=kept if kept != keys else None)
+
+    planned = phase(plan_job_name(run))
     if not planned.success:
-        raise RecipeError(_first_error(planned))
+        raise RecipeError(first_error(planned))
     todo = pipeline.plan(recipe, paths)
     if args.plan_only:
         print(todo.describe())
@@ -238,20 +234,17 @@ def run_batch(args: argparse.Namespace) -> int:
     raw_ok = True
     if pending:
         wait_for_slot(instance, MODEL_POOL)  # Ctrl-C while waiting: KeyboardInterrupt, nothing was spent
-        raw = _materialize(
-            instance, assets, [keys["raw_trajectories"]], resources,
-            run_config={**logs, "ops": {f"{recipe.run_name}__raw_trajectories": {
-                "config": {"show_progress": True, "verbose": args.verbose}}}},
-            tags={**hermes_tags, "dagster/asset_partition_range_start": pending[0],
-                  "dagster/asset_partition_range_end": pending[-1]},
-        )
+        raw = phase(raw_job_name(run),
+                    ops={f"{run}__raw_trajectories": {"config": {"show_progress": True, "verbose": args.verbose}}},
+                    tags={"dagster/asset_partition_range_start": pending[0],
+                          "dagster/asset_partition_range_end": pending[-1]})
         raw_ok = raw.success
         if not raw_ok:
-            print(f"\n{_first_error(raw)}", file=sys.stderr)
+            print(f"\n{first_error(raw)}", file=sys.stderr)
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
-    finishing = [keys[name] for name in ("filtered_trajectories", "statistics", "compressed_trajectories") if name in keys]
-    final = _materialize(instance, [*assets, *checks], finishing, resources, run_config=logs, tags=hermes_tags)
+    # The CLI stays free of pandas (~1 s to import): the samples table is built from the UI or by automation.
+    final = phase(finalize_job_name(run), skip=("samples",))
     for line in format_check_results(final):
         print(line, file=sys.stderr)
     if blocked := blocking_failures(final):  # they stopped the steps after filtered_trajectories
@@ -259,7 +252,7 @@ def run_batch(args: argparse.Namespace) -> int:
               "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
         return 1
     if not final.success:
-        raise RecipeError(_first_error(final))
+        raise RecipeError(first_error(final))
     stats = pipeline.read_statistics(paths)
     outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
                "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}

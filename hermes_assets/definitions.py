@@ -1,5 +1,6 @@
 """The Dagster code location: one asset group per run (saved under the data root by the CLI, or
-declared in the runs file), with its asset checks, its jobs and its dataset sensor."""
+declared in the runs file), with its asset checks, its jobs and its dataset sensor; each problem of
+the runs file is a failing `<run>/declaration` asset (declarations.py) instead of a load error."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from hermes_core.config import data_root
 from hermes_core.batch.recipe import Recipe
 from hermes_assets.checks import build_run_checks
 from hermes_assets.compression_assets import build_compression_assets
+from hermes_assets.declarations import build_declaration_assets, log_problems
 from hermes_assets.export_assets import build_export_assets
 from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
-from hermes_assets.runs_file import resolve_recipes
-from hermes_assets.sensors import build_run_jobs, build_run_sensor
+from hermes_assets.runs_file import resolve_runs
+from hermes_assets.sensors import build_run_jobs, build_run_sensors
 from hermes_assets.table_assets import build_table_assets
 
 
@@ -28,15 +30,16 @@ def build_definitions(
 ) -> dg.Definitions:
     """`recipes` defaults to the saved runs under `root` merged with the runs file (runs_file.py)."""
     root = data_root(root)
-    recipes = resolve_recipes(root) if recipes is None else recipes
-    assets, checks, jobs, sensors = [], [], [], []
+    recipes, problems = resolve_runs(root) if recipes is None else (recipes, [])
+    log_problems(problems)
+    assets, checks, jobs, sensors = build_declaration_assets(problems), [], [], []
     for recipe in recipes:
         assets += build_run_assets(recipe, root) + build_compression_assets(recipe, root)
         assets += build_export_assets(recipe, root) + build_table_assets(recipe, root)
         checks += build_run_checks(recipe, root) + build_partition_checks(recipe, root)
         run_jobs = build_run_jobs(recipe)
         jobs += run_jobs
-        sensors.append(build_run_sensor(recipe, root, sensor_interval_seconds, jobs=run_jobs))
+        sensors += build_run_sensors(recipe, root, sensor_interval_seconds, jobs=run_jobs)
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,
@@ -47,4 +50,9 @@ def build_definitions(
     )
 
 
-defs = build_definitions()
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """What the code location loads (workspace.yaml); built when it loads or reloads, not on import, so
+    the CLI importing this module pays nothing for the other runs."""
+    return build_definitions()

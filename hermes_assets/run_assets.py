@@ -139,7 +139,9 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 metadata={"failed_batches": dg.MetadataValue.json(failed)},
             )
 
-    @dg.asset(**common, **catalog("output", "json"), deps=[raw_trajectories],
+    # Both read the dataset's current sample set too (prompt order, pending counts): a dataset change
+    # makes them stale at once, not only after the batches ran.
+    @dg.asset(**common, **catalog("output", "json"), deps=[raw_trajectories, prompts],
               code_version=CODE_VERSIONS["filtered_trajectories"],
               description="Kept trajectories merged in prompt order.")
     def filtered_trajectories() -> dg.MaterializeResult:
@@ -150,7 +152,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
             "path": dg.MetadataValue.path(str(paths.trajectories)),
         })
 
-    @dg.asset(**common, **catalog("output", "json"), deps=[filtered_trajectories],
+    @dg.asset(**common, **catalog("output", "json"), deps=[filtered_trajectories, prompts],
               code_version=CODE_VERSIONS["statistics"],
               description="Whole-run statistics (SPEC §9).")
     def statistics() -> dg.MaterializeResult:

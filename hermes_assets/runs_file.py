@@ -11,18 +11,25 @@
 
 A declared run and a run saved by the CLI (`<root>/<run>/recipe.json`) with the same name are merged:
 same fingerprint → the declared settings are used; different fingerprint → the declared recipe wins
-only while the saved run has no ledger yet, else it is an error naming both files.
+only while the saved run has no ledger yet, else the saved run keeps its saved recipe and the conflict
+is reported.
+
+Problems are collected, never fatal to the code location (`resolve_runs`): each is a `RunsFileProblem`
+naming the file, the entry and the field, so one bad entry is reported on that run alone
+(hermes_assets/declarations.py) while every other run loads. `load_runs_file` and `resolve_recipes`
+are the strict forms: they raise one `RunsFileError` listing every problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -30,16 +37,50 @@ from hermes_assets.compression_assets import validate_compression_settings
 
 from hermes_core.config import ledger_location
 from hermes_core.batch.ledgers import has_records
-from hermes_core.batch.recipe import Recipe, RecipeError, list_recipes, run_dir, save_recipe
+from hermes_core.batch.recipe import (FINGERPRINT_FIELDS, Recipe, RecipeError, list_recipes, run_dir,
+                                      save_recipe)
 
 RUNS_FILE_ENV = "HERMES_RUNS_FILE"
 DEFAULT_NAME = "runs.yaml"
 REQUIRED = ("run_name", "dataset_file", "model")
 PATH_FIELDS = ("dataset_file", "distributions_file")
+KNOWN = tuple(f.name for f in dataclasses.fields(Recipe))
+# Fingerprinted only when set (Recipe._compute_fingerprint), so named when they differ in a conflict.
+LATE_FINGERPRINT_FIELDS = ("tool_call_mode", "discard_incomplete", "max_sample_cost_usd", "max_sample_tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunsFileProblem:
+    """One problem of the runs file: the file, the entry (1-based; None for the whole file), the entry's
+    run_name when it has a string one, the setting at fault, and what is wrong."""
+
+    file: Path | str
+    what: str
+    entry: int | None = None
+    run_name: str | None = None
+    field: str | None = None
+
+    def where(self) -> str:
+        return ", ".join([str(self.file)]
+                         + ([f"entry #{self.entry}"] if self.entry is not None else [])
+                         + ([f"run {self.run_name!r}"] if self.run_name is not None else [])
+                         + ([f"field {self.field!r}"] if self.field else []))
+
+    def __str__(self) -> str:
+        return f"{self.where()}: {self.what}"
 
 
 class RunsFileError(RecipeError):
     """The runs file is unusable, or a declared run conflicts with a run already under way."""
+
+    def __init__(self, problems: list[RunsFileProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(map(str, problems)))
+
+
+class Declared(NamedTuple):
+    entry: int  # its position in the runs file, 1-based
+    recipe: Recipe
 
 
 def runs_file_path(root: Path) -> Path | None:
@@ -48,7 +89,7 @@ def runs_file_path(root: Path) -> Path | None:
     if configured:
         path = Path(configured).expanduser().resolve()
         if not path.is_file():
-            raise RunsFileError(f"{path}: runs file not found (set by ${RUNS_FILE_ENV})")
+            raise RunsFileError([RunsFileProblem(path, f"runs file not found (set by ${RUNS_FILE_ENV})")])
         return path
     default = root / DEFAULT_NAME
     return default if default.is_file() else None
@@ -59,13 +100,13 @@ def _type_problem(name: str, value: Any, hint: Any) -> str | None:
     quoted number or a list where a string belongs is caught here with the field's name."""
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None:
-        return None if type(None) in allowed else f"{name}: a value is required"
+        return None if type(None) in allowed else "a value is required"
     if name == "compression" and isinstance(value, dict):
         try:
             validate_compression_settings(value)
             return None
         except ValueError as exc:
-            return f"{name}: {exc}"
+            return str(exc)
     for kind in allowed:
         if kind is bool and isinstance(value, bool):
             return None
@@ -75,101 +116,152 @@ def _type_problem(name: str, value: Any, hint: Any) -> str | None:
             return None
         if kind is str and isinstance(value, str):
             return None
-    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in allowed)
-    return f"{name}: expected {wanted}, got {type(value).__name__} {value!r}"
+        if typing.get_origin(kind) is dict and isinstance(value, dict):
+            return None
+    wanted = " or ".join("null" if k is type(None) else getattr(k, "__name__", "mapping") for k in allowed)
+    return f"expected {wanted}, got {type(value).__name__} {value!r}"
 
 
-def _recipe(entry: dict[str, Any], base: Path) -> Recipe:
-    hints = typing.get_type_hints(Recipe)
-    problems = [p for name, value in entry.items() if (p := _type_problem(name, value, hints[name]))]
+def _field_named(message: str) -> str | None:
+    """The Recipe field a RecipeError talks about (its messages name it), for the problem's `field`."""
+    words = message.replace(":", " ").replace("'", " ").split()
+    return next((word for word in words if word in KNOWN), None)
+
+
+def _entry_problems(path: Path, number: int, entry: Any,
+                    seen: dict[str, int]) -> tuple[Recipe | None, list[RunsFileProblem]]:
+    """The entry's recipe, or the problems that keep it from loading (one per field at fault)."""
+    if not isinstance(entry, dict):
+        return None, [RunsFileProblem(path, f"expected a mapping of settings, got {type(entry).__name__}", number)]
+    name = entry.get("run_name") if isinstance(entry.get("run_name"), str) else None
+    at = {"file": path, "entry": number, "run_name": name}
+    problems = []
+    for key in (k for k in entry if k not in KNOWN):
+        close = difflib.get_close_matches(str(key), KNOWN, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(KNOWN)}"
+        problems.append(RunsFileProblem(**at, field=str(key), what=f"unknown setting; {hint}"))
+    problems += [RunsFileProblem(**at, field=key, what="required setting is missing")
+                 for key in REQUIRED if entry.get(key) in (None, "")]
     if problems:
-        raise RecipeError("; ".join(problems))
+        return None, problems
+    if name in seen:
+        return None, [RunsFileProblem(**at, field="run_name", what=f"run {name!r} is already declared by entry "
+                                      f"#{seen[name]}; this entry is ignored")]
+    seen[name] = number
+    hints = typing.get_type_hints(Recipe)
+    problems = [RunsFileProblem(**at, field=key, what=wrong) for key, value in entry.items()
+                if (wrong := _type_problem(key, value, hints[key]))]
+    if problems:
+        return None, problems
     settings = dict(entry)
-    for name in PATH_FIELDS:
-        if settings.get(name):
-            settings[name] = str((base / Path(settings[name]).expanduser()).resolve())
-    return Recipe(**settings)
+    for key in PATH_FIELDS:
+        if settings.get(key):
+            settings[key] = str((path.parent / Path(settings[key]).expanduser()).resolve())
+    try:
+        return Recipe(**settings), []
+    except (RecipeError, TypeError, ValueError) as exc:
+        return None, [RunsFileProblem(**at, field=_field_named(str(exc)), what=str(exc))]
 
 
-def load_runs_file(path: Path) -> list[Recipe]:
-    """Every declared run; all problems of the file are reported in one error naming the file and runs."""
+def read_runs_file(path: Path) -> tuple[list[Declared], list[RunsFileProblem]]:
+    """Every valid declared run, and every problem of the file (a whole-file problem has no entry).
+    A bad entry costs only itself: the others are still returned."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunsFileError(f"{path}: cannot read the runs file: {exc}") from None
+    except yaml.MarkedYAMLError as exc:  # one line, with the place: the UI shows it as the problem
+        mark = exc.problem_mark or exc.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return [], [RunsFileProblem(path, f"YAML syntax error{at}: {exc.problem or exc.context}")]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return [], [RunsFileProblem(path, f"cannot read the runs file: {exc}")]
     if isinstance(data, dict) and set(data) == {"runs"}:
         data = data["runs"]  # `runs: [...]` is accepted too
     if data is None:
-        return []
+        return [], []
     if not isinstance(data, list):
-        raise RunsFileError(f"{path}: expected a YAML list of runs, got {type(data).__name__}")
-    known = [f.name for f in dataclasses.fields(Recipe)]
-    recipes: list[Recipe] = []
-    problems: list[str] = []
-    seen: set[str] = set()
+        return [], [RunsFileProblem(path, f"expected a YAML list of runs, got {type(data).__name__}")]
+    declared: list[Declared] = []
+    problems: list[RunsFileProblem] = []
+    seen: dict[str, int] = {}
     for number, entry in enumerate(data, start=1):
-        if not isinstance(entry, dict):
-            problems.append(f"run #{number}: expected a mapping of settings, got {type(entry).__name__}")
-            continue
-        label = f"run {entry['run_name']!r}" if isinstance(entry.get("run_name"), str) else f"run #{number}"
-        unknown = sorted(str(k) for k in entry if k not in known)
-        missing = [k for k in REQUIRED if entry.get(k) in (None, "")]
-        if unknown or missing:
-            problems.append(f"{label}: " + "; ".join(
-                ([f"unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"] if unknown else [])
-                + ([f"missing {', '.join(missing)}"] if missing else [])))
-            continue
-        if entry["run_name"] in seen:
-            problems.append(f"{label}: declared more than once")
-            continue
-        seen.add(entry["run_name"])
-        try:
-            recipes.append(_recipe(entry, path.parent))
-        except (RecipeError, TypeError, ValueError) as exc:
-            problems.append(f"{label}: {exc}")
+        recipe, entry_problems = _entry_problems(path, number, entry, seen)
+        problems += entry_problems
+        if recipe is not None:
+            declared.append(Declared(number, recipe))
+    return declared, problems
+
+
+def load_runs_file(path: Path) -> list[Recipe]:
+    """Every declared run (the strict validator): any problem raises one error listing them all."""
+    declared, problems = read_runs_file(path)
     if problems:
-        raise RunsFileError(f"{path}: " + ("\n  ".join(["invalid runs file:", *problems])))
-    return recipes
+        raise RunsFileError(problems)
+    return [recipe for _, recipe in declared]
 
 
 def _has_ledger(root: Path, run_name: str) -> bool:
     return has_records(ledger_location(run_dir(root, run_name)))
 
 
-def _saved_fingerprint(root: Path, run_name: str) -> str | None:
+def _saved_json(root: Path, run_name: str) -> dict[str, Any] | None:
     path = run_dir(root, run_name) / "recipe.json"
     try:
-        return json.loads(path.read_text()).get("fingerprint") if path.is_file() else None
+        return json.loads(path.read_text()) if path.is_file() else None
     except ValueError:
         return None  # unreadable: list_recipes already warned; the declared recipe replaces it
 
 
-def _conflict(root: Path, recipe: Recipe, origin: Path | str) -> RunsFileError:
-    return RunsFileError(
-        f"run {recipe.run_name!r} is declared in {origin} with a recipe (fingerprint {recipe.fingerprint()}) "
-        f"that differs from the one saved in {run_dir(root, recipe.run_name) / 'recipe.json'} "
-        f"(fingerprint {_saved_fingerprint(root, recipe.run_name)}), and that run already has ledger records; "
-        "declare it under a new run_name, or restore the declared settings"
-    )
+def _conflict(root: Path, recipe: Recipe, origin: Path | str, entry: int | None = None) -> RunsFileProblem | None:
+    """The problem when `recipe` would replace a saved recipe with another fingerprint of a run that has
+    ledger records (its data was made under the saved one); None when it may replace it."""
+    saved = _saved_json(root, recipe.run_name) or {}
+    if saved.get("fingerprint") in (None, recipe.fingerprint()) or not _has_ledger(root, recipe.run_name):
+        return None
+    changed = [n for n in (*FINGERPRINT_FIELDS, *LATE_FINGERPRINT_FIELDS) if saved.get(n) != getattr(recipe, n)]
+    return RunsFileProblem(
+        origin, entry=entry, run_name=recipe.run_name, field=", ".join(changed) or "distributions_file",
+        what=f"the declared recipe (fingerprint {recipe.fingerprint()}) differs from the one saved in "
+        f"{run_dir(root, recipe.run_name) / 'recipe.json'} (fingerprint {saved['fingerprint']}), and that run "
+        "already has ledger records, so it keeps its saved recipe; declare it under a new run_name, or "
+        "restore the saved settings")
+
+
+def resolve_runs(root: Path, runs_file: Path | None = None) -> tuple[list[Recipe], list[RunsFileProblem]]:
+    """Saved runs plus the valid declared runs (declared settings win, see the module doc), sorted by
+    name, and every problem of the runs file. Never raises for the runs file: a conflicting run keeps
+    its saved recipe and a bad entry is left out, each reported once in the problems."""
+    recipes = {recipe.run_name: recipe for recipe in list_recipes(root)}
+    try:
+        runs_file = runs_file or runs_file_path(root)
+    except RunsFileError as exc:
+        return [recipes[name] for name in sorted(recipes)], exc.problems
+    declared, problems = read_runs_file(runs_file) if runs_file else ([], [])
+    for entry, recipe in declared:
+        conflict = _conflict(root, recipe, runs_file, entry) if recipe.run_name in recipes else None
+        if conflict:
+            problems.append(conflict)
+        else:
+            recipes[recipe.run_name] = recipe
+    return [recipes[name] for name in sorted(recipes)], problems
 
 
 def resolve_recipes(root: Path, runs_file: Path | None = None) -> list[Recipe]:
-    """Saved runs plus declared runs (declared settings win, see the module doc), sorted by name."""
-    runs_file = runs_file or runs_file_path(root)
-    recipes = {recipe.run_name: recipe for recipe in list_recipes(root)}
-    for declared in load_runs_file(runs_file) if runs_file else []:
-        saved = recipes.get(declared.run_name)
-        if saved and saved.fingerprint() != declared.fingerprint() and _has_ledger(root, declared.run_name):
-            raise _conflict(root, declared, runs_file)
-        recipes[declared.run_name] = declared
-    return [recipes[name] for name in sorted(recipes)]
+    """`resolve_runs`, strict: any problem of the runs file raises one error listing them all."""
+    recipes, problems = resolve_runs(root, runs_file)
+    if problems:
+        raise RunsFileError(problems)
+    return recipes
 
 
 def adopt_recipe(root: Path, recipe: Recipe) -> Path:
     """Save a declared run's recipe into its folder (creating it) before its first materialization, so
     the CLI and later loads see it. A changed fingerprint replaces the saved one only while the run has
     no ledger records; otherwise nothing is written and the error names both recipes."""
-    saved = _saved_fingerprint(root, recipe.run_name)
-    if saved is not None and saved != recipe.fingerprint() and _has_ledger(root, recipe.run_name):
-        raise _conflict(root, recipe, runs_file_path(root) or "the code location")
+    try:
+        origin: Path | str = runs_file_path(root) or "the code location"
+    except RunsFileError:
+        origin = "the code location"
+    conflict = _conflict(root, recipe, origin)
+    if conflict:
+        raise RunsFileError([conflict])
     return save_recipe(root, recipe, force_new_fingerprint=True)

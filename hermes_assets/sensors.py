@@ -1,18 +1,19 @@
-"""Scheduled backfills (SPEC §5): a sensor per run that notices new or changed dataset rows, plans
-them into batch partitions, requests the partitions with pending samples, then the final assets.
+"""Scheduled backfills (SPEC §5): three sensors per run.
 
-One tick does one phase, in this order:
-1. the dataset changed since the last planning (its sha256 differs from `<run>/dataset.json`, or the
-   planning never finished) → one run of `prompts` + `toolset_assignments` (registers new batches);
-2. batches with pending samples (`pipeline.plan`) that are not in flight → one run per
-   `raw_trajectories` partition;
-3. nothing pending, but `statistics` is older than the newest raw/assignments materialization → one
-   run of `filtered_trajectories` + `statistics` (and their checks).
+- `<run>__dataset_sensor` (stopped by default: it spends). One tick looks at the dataset, the ledger and
+  the instance and requests the first phase that has work: planning (the dataset changed), the
+  batches (every pending batch in ONE run over their partition range), or the final assets.
+- `<run>__refresh_chain` (a run status sensor, running): when a phase requested by the dataset sensor
+  succeeds, it requests the next one at once (planning → batches → final assets), so new rows reach
+  fresh statistics within one dataset-sensor interval plus the work, not one interval per phase.
+- `<run>__batches_sensor` (running; spends nothing): keeps the batch partitions equal to what planning
+  the dataset as it is now gives (`pipeline.forecast`), so the UI lists new rows' batches (and "Materialize
+  all" covers them) before they are planned.
 
-Run keys encode the state that caused the request (dataset sha + mtime, ledger records of the batch,
-newest upstream storage id), so the daemon never launches the same request twice, and a batch whose run
-failed is retried once its ledger has new records. The cursor caches the dataset's size/mtime/sha256
-(hashing only when size or mtime moved) and the keys already requested, so evaluating again is a no-op.
+Every request has a run key naming the state it answers (dataset hash + mtime, the pending batches and
+their ledger record counts, the newest upstream materialization; or the run it follows), so the daemon
+never launches the same request twice; a failed batch is requested again once its ledger has new
+records; nothing is requested while a run of this refresh is queued or going.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from hermes_core.batch import pipeline
+from hermes_core.batch.dataset import DatasetError
+from hermes_core.batch.ledger import BatchPlan
 from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_assets.compression_assets import recipe_compression
-from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.run_assets import batches_partitions
-from hermes_assets.slots import reap_dead_runs
+from hermes_assets.slots import HOST_TAG, PID_TAG, START_TAG, reap_dead_runs
 from hermes_assets.versions import run_tags
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
@@ -39,6 +43,9 @@ if TYPE_CHECKING:  # no public alias for what define_asset_job returns
 
 INTERVAL_ENV = "HERMES_SENSOR_INTERVAL_S"
 DEFAULT_INTERVAL_S = 60
+BATCHES_INTERVAL_S = 15  # registering partitions is cheap: soon after rows are appended, the UI shows them
+CHAIN_INTERVAL_S = 5  # the sensor daemon's own loop: a refresh's next phase starts within seconds
+REFRESH_TAG = "hermes/refresh"  # on runs the dataset sensor and the refresh chain start
 
 
 def _key(run: str, name: str) -> dg.AssetKey:
@@ -57,17 +64,23 @@ def finalize_job_name(run: str) -> str:
     return f"{run}__finalize_job"
 
 
+def final_asset_names(recipe: Recipe) -> list[str]:
+    """The unpartitioned assets after `raw_trajectories` that a refresh rebuilds (the exports are not:
+    they may push to the Hub, so they stay a deliberate act)."""
+    return ["filtered_trajectories", "statistics", "samples",
+            *(["compressed_trajectories"] if recipe_compression(recipe) else [])]
+
+
 def build_run_jobs(recipe: Recipe) -> list[UnresolvedAssetJobDefinition]:
-    """The asset jobs the sensor targets (also handy in the UI's Launchpad)."""
+    """The run's three phases as jobs (the CLI runs them; handy in the Launchpad). A job's assets bring
+    their checks along."""
     run = recipe.run_name
     return [
         dg.define_asset_job(plan_job_name(run), selection=[_key(run, "prompts"), _key(run, "toolset_assignments")],
                             description="Load the dataset and plan new samples into batch partitions."),
         dg.define_asset_job(raw_job_name(run), selection=[_key(run, "raw_trajectories")],
-                            description="Run the pending samples of one batch partition."),
-        dg.define_asset_job(finalize_job_name(run), selection=[
-                                _key(run, "filtered_trajectories"), _key(run, "statistics"),
-                                *([_key(run, "compressed_trajectories")] if recipe_compression(recipe) else [])],
+                            description="Run the pending samples of the selected batch partitions."),
+        dg.define_asset_job(finalize_job_name(run), selection=[_key(run, name) for name in final_asset_names(recipe)],
                             description="Merge the kept trajectories, run the checks, compute statistics."),
     ]
 
@@ -109,93 +122,168 @@ def _newest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
     return records[0].storage_id if records else 0
 
 
-def _raw_requests(
-    recipe: Recipe, paths: RunPaths, instance: dg.DagsterInstance
-) -> tuple[dict[str, dg.RunRequest], list[str], list[str]]:
-    """Run requests by run key for pending batches not in flight; the pending batches in flight; the
-    pending batches the instance does not know yet (e.g. planned by a run on another instance)."""
-    pending = pipeline.plan(recipe, paths).partitions
-    partitions = batches_partitions(recipe.run_name)
-    known = set(instance.get_dynamic_partitions(partitions.name))
-    statuses = instance.get_status_by_partition(
-        _key(recipe.run_name, "raw_trajectories"), [p for p in pending if p in known], partitions) or {}
-    in_flight = [p for p in pending if statuses.get(p) == dg.AssetPartitionStatus.IN_PROGRESS]
-    recorded = open_ledger(paths.raw).records_per_partition  # once per tick: a refresh lists the ledger
-    requests = {}
-    for partition in pending:
-        if partition in in_flight:
-            continue
-        # The record count moves on every attempt, so a failed batch gets a fresh key (a retry), while
-        # an unchanged one keeps its key (no double request).
-        run_key = f"raw:{partition}:{recorded.get(partition, 0)}"
-        requests[run_key] = dg.RunRequest(run_key=run_key, job_name=raw_job_name(recipe.run_name),
-                                          partition_key=partition)
-    return requests, in_flight, [p for p in pending if p not in known]
+def _partition_changes(
+    recipe: Recipe, paths: RunPaths, forecast: pipeline.Forecast, instance: dg.DagsterInstance
+) -> list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest]:
+    """Register the batches planned or forecast that the instance lacks; remove registered ones that
+    are neither (their rows changed before planning) and were never materialized."""
+    name = batches_partitions(recipe.run_name).name
+    registered = instance.get_dynamic_partitions(name)
+    known = set(registered)
+    missing = [key for key in forecast.partitions if key not in known]
+    wanted = {batch.key for batch in BatchPlan(paths.batches).batches} | set(forecast.partitions)
+    orphans = [key for key in registered if key not in wanted]
+    if orphans:
+        done = instance.get_materialized_partitions(_key(recipe.run_name, "raw_trajectories"))
+        orphans = [key for key in orphans if key not in done]
+    return ([dg.AddDynamicPartitionsRequest(name, missing)] if missing else []) + \
+        ([dg.DeleteDynamicPartitionsRequest(name, orphans)] if orphans else [])
 
 
-def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Path) -> dg.SensorResult:
+def _in_flight(instance: dg.DagsterInstance, run: str) -> list[str]:
+    """Ids of runs of this run's jobs (from a sensor, the CLI or the Launchpad) that are queued or going."""
+    jobs = (plan_job_name(run), raw_job_name(run), finalize_job_name(run))
+    return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
+            if r.job_name in jobs]
+
+
+def _unrequested(instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.RunRequest | None:
+    """The request, unless a run for the same refresh state exists: the dataset sensor and the refresh
+    chain may both see a phase due (a tick between a run's success and the chain's request)."""
+    return None if instance.get_runs(filters=dg.RunsFilter(tags={REFRESH_TAG: request.tags[REFRESH_TAG]}),
+                                     limit=1) else request
+
+
+def _state_key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def batches_request(recipe: Recipe, partitions: list[str], recorded: dict[str, int], tags: dict[str, str]
+                    ) -> dg.RunRequest:
+    """Every pending batch in ONE run over their partition range (what `BackfillPolicy.single_run` makes
+    of a contiguous range; done batches inside a gapped range are no-ops that send nothing). The key
+    covers the batches' record counts: a failed batch gets a new key (a retry) once its ledger moved."""
+    state = _state_key([(key, recorded.get(key, 0)) for key in partitions])
+    return dg.RunRequest(
+        run_key=f"batches:{state}", job_name=raw_job_name(recipe.run_name),
+        tags={**tags, REFRESH_TAG: state, "dagster/asset_partition_range_start": partitions[0],
+              "dagster/asset_partition_range_end": partitions[-1]})
+
+
+def finalize_request(recipe: Recipe, upstream: int, tags: dict[str, str]) -> dg.RunRequest:
+    return dg.RunRequest(run_key=f"finalize:{upstream}", job_name=finalize_job_name(recipe.run_name),
+                         tags={**tags, REFRESH_TAG: f"finalize:{upstream}"})
+
+
+def _upstream(instance: dg.DagsterInstance, run: str) -> int:
+    """The newest materialization the final assets read."""
+    return max(_newest_storage_id(instance, _key(run, "raw_trajectories")),
+               _newest_storage_id(instance, _key(run, "toolset_assignments")))
+
+
+def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Path,
+             request_refresh: bool = True) -> dg.SensorResult:
     """One tick (see the module doc). Pure function of the files, the instance and the cursor."""
     run, paths = recipe.run_name, RunPaths(run_dir(data_root, recipe.run_name))
     cursor = json.loads(context.cursor) if context.cursor else {}
-    requested = set(cursor.get("requested", []))
     dataset_file = Path(recipe.dataset_file)
     if not dataset_file.is_file():
         return dg.SensorResult(skip_reason=f"{dataset_file}: dataset file not found", cursor=context.cursor)
     dataset = dataset_state(dataset_file, cursor.get("dataset"))
+    state = json.dumps({"dataset": dataset}, sort_keys=True)
+    try:
+        forecast = pipeline.forecast(recipe, paths)
+    except (DatasetError, RecipeError) as exc:  # the planning run would fail the same way: say why here
+        return dg.SensorResult(skip_reason=f"cannot plan {dataset_file}: {exc}", cursor=state)
+    changes = _partition_changes(recipe, paths, forecast, context.instance)
 
-    def result(candidates: dict[str, dg.RunRequest], waiting: str, **extra: Any) -> dg.SensorResult:
-        hermes_tags = run_tags(recipe, dataset["sha256"])  # the Runs page filters on these
-        fresh = [request.with_replaced_attrs(tags={**hermes_tags, **request.tags})
-                 for key, request in candidates.items() if key not in requested]
-        # Keep only keys still relevant, so the cursor stays small and stale keys can't block anything.
-        kept = sorted((requested & set(candidates)) | {request.run_key for request in fresh})
-        state = json.dumps({"dataset": dataset, "requested": kept}, sort_keys=True)
-        skip = None if fresh else waiting
-        return dg.SensorResult(run_requests=fresh, skip_reason=skip, cursor=state, **extra)
+    def result(request: dg.RunRequest | None, reason: str) -> dg.SensorResult:
+        if request is not None and not (request := _unrequested(context.instance, request)):
+            reason = "this state's phase was requested already; a failed batch is requested again once its " \
+                     "ledger has new records, new rows make a new request"
+        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=None if request else reason,
+                               dynamic_partitions_requests=changes, cursor=state)
 
+    if not request_refresh:
+        return result(None, f"{len(forecast.partitions)} batch(es) pending, all registered")
+    if going := _in_flight(context.instance, run):
+        return result(None, f"run(s) {', '.join(going)} of this refresh are queued or going; the refresh "
+                      "chain requests the next phase when they succeed")
+    tags = run_tags(recipe, dataset["sha256"])  # the Runs page filters on these
     if planned_sha256(paths) != dataset["sha256"]:
-        run_key = f"plan:{dataset['sha256'][:16]}:{dataset['mtime_ns']}"
-        request = dg.RunRequest(run_key=run_key, job_name=plan_job_name(run))
-        return result({run_key: request}, f"planning of {dataset_file} (sha256 {dataset['sha256'][:12]}) was "
-                      "requested; waiting for it (if it failed, fix the dataset: any change re-plans)")
-
-    raw, in_flight, unknown = _raw_requests(recipe, paths, context.instance)
-    if raw or in_flight:
-        registering = [dg.AddDynamicPartitionsRequest(batches_partitions(run).name, unknown)] if unknown else []
-        return result(raw, f"{len(raw) + len(in_flight)} batch(es) with pending samples are requested or in "
-                      "flight; a failed batch is retried once its ledger has new records",
-                      dynamic_partitions_requests=registering)
-
-    upstream = max(_newest_storage_id(context.instance, _key(run, "raw_trajectories")),
-                   _newest_storage_id(context.instance, _key(run, "toolset_assignments")))
+        key = f"plan:{dataset['sha256'][:16]}:{dataset['mtime_ns']}"
+        return result(dg.RunRequest(run_key=key, job_name=plan_job_name(run), tags={**tags, REFRESH_TAG: key}), "")
+    pending = pipeline.plan(recipe, paths).partitions
+    if pending:
+        return result(batches_request(recipe, pending, open_ledger(paths.raw).records_per_partition, tags), "")
+    upstream = _upstream(context.instance, run)
     if upstream > _newest_storage_id(context.instance, _key(run, "statistics")):
-        run_key = f"finalize:{upstream}"
-        return result({run_key: dg.RunRequest(run_key=run_key, job_name=finalize_job_name(run))},
-                      "the final assets were requested; waiting for them")
-    return result({}, "up to date: no dataset change, no pending samples, statistics current")
+        return result(finalize_request(recipe, upstream, tags), "")
+    return result(None, "up to date: no dataset change, no pending samples, statistics current")
 
 
-def build_run_sensor(
+def follow(context: dg.RunStatusSensorContext, recipe: Recipe, data_root: Path) -> dg.RunRequest | dg.SkipReason:
+    """The phase after a refresh run that succeeded: batches after planning, final assets after batches."""
+    finished = context.dagster_run
+    if REFRESH_TAG not in finished.tags:
+        return dg.SkipReason(f"run {finished.run_id} was not started by the dataset sensor")
+    paths, run = RunPaths(run_dir(data_root, recipe.run_name)), recipe.run_name
+    tags = {k: v for k, v in finished.tags.items()
+            if k.startswith("hermes/") and k not in (REFRESH_TAG, HOST_TAG, PID_TAG, START_TAG)}
+    if finished.job_name == plan_job_name(run) and (pending := pipeline.plan(recipe, paths).partitions):
+        request = batches_request(recipe, pending, open_ledger(paths.raw).records_per_partition, tags)
+    else:
+        request = finalize_request(recipe, _upstream(context.instance, run), tags)
+    request = _unrequested(context.instance, request.with_replaced_attrs(run_key=f"after:{finished.run_id}"))
+    return request or dg.SkipReason(f"the phase after run {finished.run_id} was requested already")
+
+
+def build_run_sensors(
     recipe: Recipe,
     data_root: Path,
     minimum_interval_seconds: int | None = None,
     jobs: list[UnresolvedAssetJobDefinition] | None = None,
-) -> dg.SensorDefinition:
-    """The run's dataset sensor, stopped by default (turn it on in the UI: Automation → Sensors).
-    Interval: the argument, else $HERMES_SENSOR_INTERVAL_S, else 60 s. Pass the `build_run_jobs`
-    list you also give to Definitions, so each job is defined once."""
-    jobs = jobs if jobs is not None else build_run_jobs(recipe)
+) -> list[dg.SensorDefinition]:
+    """The run's dataset sensor (stopped by default: turn it on in the UI, Automation → Sensors; interval:
+    the argument, else $HERMES_SENSOR_INTERVAL_S, else 60 s), its refresh chain and its batches sensor.
+    Pass the `build_run_jobs` list you also give to Definitions, so each job is defined once."""
+    run = recipe.run_name
+    plan_job, batch_job, finalize_job = jobs if jobs is not None else build_run_jobs(recipe)
 
     @dg.sensor(
-        name=f"{recipe.run_name}__dataset_sensor",
-        jobs=jobs,
+        name=f"{run}__dataset_sensor",
+        jobs=[plan_job, batch_job, finalize_job],
         minimum_interval_seconds=_interval(minimum_interval_seconds),
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Watches {recipe.dataset_file}: plans new rows, backfills pending batches of run "
-        f"{recipe.run_name!r} one run per partition, then refreshes the trajectories and statistics.",
+        description=f"Watches {recipe.dataset_file} of run {run!r}: on new or changed rows, pending batches or "
+        "stale final assets it starts a refresh (plan, every pending batch in one run, then trajectories, "
+        "statistics and the sample table; the refresh chain sensor requests each next phase).",
     )
     def dataset_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         reap_dead_runs(context.instance)  # the daemon frees what runs killed on this host still hold
         return evaluate(context, recipe, data_root)
 
-    return dataset_sensor
+    @dg.run_status_sensor(
+        name=f"{run}__refresh_chain",
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[plan_job, batch_job],
+        request_jobs=[batch_job, finalize_job],
+        minimum_interval_seconds=CHAIN_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Requests the next phase of a refresh of run {run!r} started by its dataset sensor as soon "
+        "as the previous one succeeded. Acts only on runs the dataset sensor started.",
+    )
+    def refresh_chain(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+        return follow(context, recipe, data_root)
+
+    @dg.sensor(
+        name=f"{run}__batches_sensor",
+        minimum_interval_seconds=BATCHES_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Registers the batch partitions that planning {recipe.dataset_file} will create, so "
+        "the UI lists them (and Materialize all covers them) before they are planned. Never launches a run.",
+    )
+    def batches_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return evaluate(context, recipe, data_root, request_refresh=False)
+
+    return [dataset_sensor, refresh_chain, batches_sensor]

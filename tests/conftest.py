@@ -28,6 +28,7 @@ def isolated_homes(tmp_path, monkeypatch):
                  "HERMES_MAX_HALLUCINATION_RATE", "HERMES_LEDGER_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HERMES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HERMES_DAGSTER_URL", "")  # hermes-batch never asks a UI on port 3000 to reload
     (tmp_path / "dagster_home").mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     return tmp_path

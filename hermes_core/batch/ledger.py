@@ -46,16 +46,20 @@ class BatchPlan:
     def batch_of(self) -> dict[str, Batch]:
         return {member: batch for batch in self.batches for member in batch.members}
 
-    def assign(self, sample_keys: list[str], batch_size: int) -> list[Batch]:
-        """Put samples that have no batch yet into new batches (in the given order); save."""
+    def propose(self, sample_keys: list[str], batch_size: int) -> list[Batch]:
+        """The new batches `assign` would create for these samples (in the given order); saves nothing,
+        so a sensor can register the partitions of rows not planned yet."""
         assigned = self.batch_of()
         fresh = [key for key in sample_keys if key not in assigned]
-        created = []
-        for start in range(0, len(fresh), batch_size):
-            members = tuple(fresh[start : start + batch_size])
-            number = len(self.batches) + 1
-            created.append(Batch(batch_key(number, members), number, members))
-            self.batches.append(created[-1])
+        return [Batch(batch_key(number, members), number, members)
+                for number, members in enumerate(
+                    (tuple(fresh[start : start + batch_size]) for start in range(0, len(fresh), batch_size)),
+                    start=len(self.batches) + 1)]
+
+    def assign(self, sample_keys: list[str], batch_size: int) -> list[Batch]:
+        """Put samples that have no batch yet into new batches (in the given order); save."""
+        created = self.propose(sample_keys, batch_size)
+        self.batches.extend(created)
         if created or not self.path.is_file():  # compact: 10k batches of 10 take 0.05 s instead of 1 s indented
             atomic_write_text(self.path, json_bytes(
                 {"batches": [{"key": b.key, "number": b.number, "members": list(b.members)} for b in self.batches]}))

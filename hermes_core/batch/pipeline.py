@@ -21,7 +21,7 @@ from hermes_core.fileio import FileTableCache, atomic_write_json, atomic_write_j
 from hermes_core.formats.filters import Disposition
 from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
-from hermes_core.batch.recipe import Recipe
+from hermes_core.batch.recipe import Recipe, RecipeError
 from hermes_core.batch.records import RunContext, SampleJob
 from hermes_core.batch.runner import run_jobs
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
@@ -131,6 +131,30 @@ def plan(recipe: Recipe, paths: RunPaths) -> Plan:
     return Plan(len(current), len(pending), partitions, len(batches))
 
 
+@dataclass(frozen=True)
+class Forecast:
+    """What planning the dataset as it is now would leave to run; computed without writing anything."""
+
+    partitions: list[str]  # batches with pending samples, planned ones first, then the ones planning would add
+    new_partitions: list[str]  # of those, the batches planning would add
+    pending_samples: int
+
+
+def forecast(recipe: Recipe, paths: RunPaths) -> Forecast:
+    """`plan` after a planning of the current dataset, without doing it: the batch keys are those
+    `assign_toolsets` will create (same samples, same order, same numbering), so a scheduler can
+    register the partitions and request them together with the planning."""
+    dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
+                           max_samples=recipe.max_samples)
+    ledger = open_ledger(paths.raw)
+    pending = [sample.sample_key for sample in dataset.samples if not ledger.is_done(sample.sample_key)]
+    batches = BatchPlan(paths.batches)
+    new = [batch.key for batch in batches.propose(pending, recipe.batch_size)]
+    waiting = set(pending)
+    planned = [batch.key for batch in batches.batches if not waiting.isdisjoint(batch.members)]
+    return Forecast(planned + new, new, len(pending))
+
+
 @dataclass
 class BatchOutcome:
     partition_key: str
@@ -176,6 +200,10 @@ def _run_partitions(
     plan, ledger = BatchPlan(paths.batches), open_ledger(paths.raw)
     samples = {s.sample_key: s for s in read_samples(paths)}
     drawn = {a["sample_key"]: a for a in read_assignments(paths)}
+    unplanned = [key for key in partition_keys if key not in {batch.key for batch in plan.batches}]
+    if unplanned:  # registered ahead of planning (the batches sensor): planning has not run since
+        raise RecipeError(f"batch(es) {', '.join(unplanned)} are not planned yet: nothing was sent; run the "
+                          "planning first (materialize toolset_assignments, or the whole group)")
     outcomes = {key: BatchOutcome(key) for key in partition_keys}
     jobs = []
     for key in partition_keys:

@@ -54,8 +54,13 @@ class Tool:
 
 
 def _json_type(annotation: Any) -> dict[str, Any]:
+    """The JSON schema of a parameter's annotation. `Annotated[T, {"minimum": 1, "default": False}]`
+    adds those keywords (the interface Hermes Agent's tools declare: defaults and bounds the model sees)."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        keywords = {k: v for extra in annotation.__metadata__ if isinstance(extra, dict) for k, v in extra.items()}
+        return {**_json_type(args[0]), **keywords}
     if origin in (typing.Union, types.UnionType):
         non_null = [a for a in args if a is not type(None)]
         return _json_type(non_null[0]) if len(non_null) == 1 else {}
@@ -93,7 +98,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 def derive_parameters(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     """The tool description and JSON schema of `function`'s parameters after the context."""
     description, arg_docs = _parse_docstring(function.__doc__ or "")
-    hints = typing.get_type_hints(function)
+    hints = typing.get_type_hints(function, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in list(inspect.signature(function).parameters.values())[1:]:

@@ -68,6 +68,10 @@ def test_run_writes_hermes_sharegpt_rows_and_statistics(isolated_homes, sim_url,
     batches = json.loads((run_dir / "batches.json").read_text())["batches"]
     assert instance.get_materialized_partitions(raw_key) == {b["key"] for b in batches}
     assert instance.get_latest_materialization_event(dg.AssetKey(["t1", "statistics"])) is not None
+    # Runs of the code location's own jobs, linked to it as Launchpad runs are (not __ephemeral_asset_job__).
+    runs = instance.get_runs()
+    assert sorted(run.job_name for run in runs) == ["t1__batch_job", "t1__finalize_job", "t1__plan_job"]
+    assert {run.remote_job_origin.location_name for run in runs} == {"hermes_assets.definitions"}
 
 
 def test_resume_after_reorder_insert_and_append_runs_only_new_samples(isolated_homes, sim_url):

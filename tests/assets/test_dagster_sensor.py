@@ -13,7 +13,7 @@ from hermes_assets.cli import batch_main
 from hermes_assets.definitions import build_definitions
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.sensors import (
-    build_run_sensor, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
+    build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
 )
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe
@@ -42,10 +42,11 @@ def batch_keys(run_dir: Path) -> list[str]:
 
 
 class Daemon:
-    """Ticks the sensor like the daemon: carries the cursor forward, executes the requested runs."""
+    """Ticks a sensor like the daemon: carries the cursor forward, applies its partition requests, executes
+    the requested runs (their job, partition range and tags), and skips a run key it already launched."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, sensor_name: str = "t1__dataset_sensor"):
-        self.defs, self.instance, self.cursor = defs, instance, None
+        self.defs, self.instance, self.cursor, self.launched = defs, instance, None, set()
         self.sensor = defs.resolve_sensor_def(sensor_name)
 
     def tick(self) -> tuple[list[dg.RunRequest], str | None]:
@@ -55,16 +56,36 @@ class Daemon:
         data = self.sensor.evaluate_tick(context)
         self.cursor = data.cursor
         for request in data.dynamic_partitions_requests or []:
-            self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        return list(data.run_requests or []), data.skip_message
+            if isinstance(request, dg.AddDynamicPartitionsRequest):
+                self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            else:
+                for key in request.partition_keys:
+                    self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+        fresh = [r for r in data.run_requests or [] if r.run_key not in self.launched]
+        self.launched |= {r.run_key for r in fresh}  # the daemon creates the run in the same tick
+        return fresh, data.skip_message
 
     def execute(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
         job = self.defs.resolve_job_def(request.job_name)
         return job.execute_in_process(instance=self.instance, partition_key=request.partition_key,
                                       tags=request.tags, raise_on_error=False)
 
+    def follow(self, result: dg.ExecuteInProcessResult) -> dg.RunRequest | dg.SkipReason:
+        """What the refresh chain requests after this run succeeded."""
+        chain = self.defs.resolve_sensor_def("t1__refresh_chain")
+        run = self.instance.get_run_by_id(result.run_id)
+        event = next(e for e in self.instance.all_logs(run.run_id) if e.dagster_event_type == "PIPELINE_SUCCESS")
+        context = dg.build_run_status_sensor_context(
+            sensor_name="t1__refresh_chain", dagster_instance=self.instance, dagster_run=run,
+            dagster_event=event.dagster_event, context=None)
+        return chain._run_status_sensor_fn(context)  # noqa: SLF001 - the sensor's body, as the daemon calls it
 
-def test_new_rows_are_planned_then_only_their_batches_run_then_the_run_is_finalized(isolated_homes, sim_url):
+
+def batch_range(request: dg.RunRequest) -> tuple[str, str]:
+    return request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]
+
+
+def test_new_rows_are_planned_then_their_batches_run_in_one_run_then_the_run_is_finalized(isolated_homes, sim_url):
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS)
     assert cli(dataset, sim_url) == 0
@@ -77,21 +98,19 @@ def test_new_rows_are_planned_then_only_their_batches_run_then_the_run_is_finali
     assert requests == [] and "up to date" in skip  # the CLI left nothing to do
 
     write_rows(dataset, NEW_ROWS, mode="a")
-    requests, _ = daemon.tick()
-    assert [r.job_name for r in requests] == [plan_job_name("t1")]
-    again, skip = daemon.tick()  # evaluated again before the run happened: no second request
-    assert again == [] and "planning" in skip
-    assert daemon.execute(requests[0]).success
-
-    requests, _ = daemon.tick()
+    (plan,), _ = daemon.tick()
+    assert plan.job_name == plan_job_name("t1") and plan.tags["hermes/run"] == "t1"
+    assert daemon.tick()[0] == []  # evaluated again before the run happened: the same run key, not launched twice
+    registered = daemon.instance.get_dynamic_partitions("t1__batches")
+    assert len(registered) == len(old_batches) + 2  # the new rows' batches are listed before they are planned
+    assert daemon.execute(plan).success
     new_batches = [key for key in batch_keys(run_dir) if key not in old_batches]
-    assert len(new_batches) == 2  # 3 new rows, batch_size 2
-    assert {r.job_name for r in requests} == {raw_job_name("t1")}
-    assert sorted(r.partition_key for r in requests) == sorted(new_batches)
-    assert len({r.run_key for r in requests}) == len(requests)
-    assert daemon.tick()[0] == []  # idempotent while the runs are outstanding
-    for request in requests:
-        assert daemon.execute(request).success
+    assert new_batches == registered[len(old_batches):]  # planning made exactly the batches registered
+
+    (batches,), _ = daemon.tick()  # every pending batch in ONE run
+    assert batches.job_name == raw_job_name("t1") and batch_range(batches) == (new_batches[0], new_batches[-1])
+    assert daemon.tick()[0] == []  # idempotent while the run is outstanding
+    assert daemon.execute(batches).success
 
     records = ledger(run_dir)
     new_records = records[len(old_records):]
@@ -100,16 +119,42 @@ def test_new_rows_are_planned_then_only_their_batches_run_then_the_run_is_finali
     assert len(records) == 7 and [r["sample_key"] for r in records[:4]] == [r["sample_key"] for r in old_records]
     assert {r["sample_key"] for r in new_records} == new_keys and len(new_records) == 3
 
-    requests, _ = daemon.tick()
-    assert [r.job_name for r in requests] == [finalize_job_name("t1")]
-    final = daemon.execute(requests[0])
-    assert final.success
-    assert {e.check_name for e in final.get_asset_check_evaluations()} >= {"every_sample_accounted_for"}
+    (final,), _ = daemon.tick()
+    assert final.job_name == finalize_job_name("t1")
+    finished = daemon.execute(final)
+    assert finished.success
+    assert {e.check_name for e in finished.get_asset_check_evaluations()} >= {"every_sample_accounted_for"}
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert stats["counts"]["kept"] == 7 and stats["counts"]["pending"] == 0
     requests, skip = daemon.tick()
     assert requests == [] and "up to date" in skip
     assert len(ledger(run_dir)) == 7  # no sample was paid for twice
+
+
+def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url):
+    dataset = isolated_homes / "d.jsonl"
+    write_rows(dataset, PROMPTS[:2])
+    assert cli(dataset, sim_url) == 0
+    daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
+    write_rows(dataset, NEW_ROWS, mode="a")
+    (plan,), _ = daemon.tick()
+    planned = daemon.execute(plan)
+    batches = daemon.follow(planned)  # at once, not at the dataset sensor's next tick
+    assert batches.job_name == raw_job_name("t1") and batches.run_key == f"after:{planned.run_id}"
+    assert batches.tags["hermes/run"] == "t1" and "hermes/pid" not in batches.tags
+    (due,), _ = daemon.tick()  # the dataset sensor sees the same phase due, for the same refresh state ...
+    assert due.tags["hermes/refresh"] == batches.tags["hermes/refresh"]
+    queued = daemon.instance.create_run_for_job(daemon.defs.resolve_job_def(due.job_name), tags=due.tags)
+    assert isinstance(daemon.follow(planned), dg.SkipReason)  # ... so once one of them has a run, the other skips
+    daemon.instance.delete_run(queued.run_id)
+    ran = daemon.execute(batches)
+    final = daemon.follow(ran)
+    assert final.job_name == finalize_job_name("t1")
+    assert daemon.execute(final).success
+    assert daemon.tick()[0] == []
+    cli_run = daemon.instance.get_runs(filters=dg.RunsFilter(tags={"hermes/run": "t1"}))[-1]
+    assert "hermes/refresh" not in cli_run.tags  # the chain leaves runs it did not start alone
+    assert len(ledger(data_root() / "t1")) == 5
 
 
 def test_a_failed_batch_is_retried_until_terminal_then_finalized(isolated_homes, sim_url):
@@ -123,19 +168,19 @@ def test_a_failed_batch_is_retried_until_terminal_then_finalized(isolated_homes,
 
     write_rows(dataset, [{"prompt": "Run ls [sim:always-fail]"}], mode="a")
     assert daemon.execute(daemon.tick()[0][0]).success  # planning
-    first, _ = daemon.tick()
-    assert len(first) == 1
-    assert not daemon.execute(first[0]).success  # a retryable failure fails the step
+    (first,), _ = daemon.tick()
+    assert not daemon.execute(first).success  # a retryable failure fails the step
+    partition = batch_range(first)[0]
     assert daemon.instance.get_status_by_partition(
-        dg.AssetKey(["t1", "raw_trajectories"]), [first[0].partition_key],
-        dg.DynamicPartitionsDefinition(name="t1__batches"))[first[0].partition_key] == dg.AssetPartitionStatus.FAILED
+        dg.AssetKey(["t1", "raw_trajectories"]), [partition],
+        dg.DynamicPartitionsDefinition(name="t1__batches"))[partition] == dg.AssetPartitionStatus.FAILED
 
-    retry, _ = daemon.tick()  # the ledger moved: same partition, new run key
-    assert [r.partition_key for r in retry] == [first[0].partition_key] and retry[0].run_key != first[0].run_key
-    assert daemon.execute(retry[0]).success  # second attempt: failed_terminal, the batch is done
-    finalize, _ = daemon.tick()
-    assert [r.job_name for r in finalize] == [finalize_job_name("t1")]
-    assert daemon.execute(finalize[0]).success
+    (retry,), _ = daemon.tick()  # the ledger moved: same batch, new run key
+    assert batch_range(retry) == (partition, partition) and retry.run_key != first.run_key
+    assert daemon.execute(retry).success  # second attempt: failed_terminal, the batch is done
+    (finalize,), _ = daemon.tick()
+    assert finalize.job_name == finalize_job_name("t1")
+    assert daemon.execute(finalize).success
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert stats["counts"]["failed_terminal"] == 1 and stats["counts"]["pending"] == 0
 
@@ -150,10 +195,32 @@ def test_batches_unknown_to_the_instance_are_registered(isolated_homes, sim_url,
         daemon = Daemon(build_definitions(), other)
         assert daemon.execute(daemon.tick()[0][0]).success
     daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
+    (request,), _ = daemon.tick()
+    start, end = batch_range(request)
+    assert start == end and start in daemon.instance.get_dynamic_partitions("t1__batches")
+    assert daemon.execute(request).success
+
+
+def test_the_batches_sensor_registers_forecast_batches_and_drops_ones_never_planned(isolated_homes, sim_url):
+    dataset = isolated_homes / "d.jsonl"
+    write_rows(dataset, PROMPTS[:2])
+    assert cli(dataset, sim_url) == 0
+    planned = batch_keys(data_root() / "t1")
+    daemon = Daemon(build_definitions(), dg.DagsterInstance.get(), "t1__batches_sensor")
+    write_rows(dataset, NEW_ROWS, mode="a")
     requests, _ = daemon.tick()
-    assert len(requests) == 1
-    assert requests[0].partition_key in daemon.instance.get_dynamic_partitions("t1__batches")
-    assert daemon.execute(requests[0]).success
+    assert requests == []  # it never launches anything
+    forecast = daemon.instance.get_dynamic_partitions("t1__batches")
+    assert forecast[:1] == planned and len(forecast) == 3  # 3 new rows, batch_size 2
+    early = daemon.defs.resolve_job_def(raw_job_name("t1")).execute_in_process(
+        instance=daemon.instance, partition_key=forecast[1], raise_on_error=False)  # before planning ran
+    [failure] = [e for e in early.all_events if e.is_step_failure]
+    assert "not planned yet: nothing was sent" in failure.step_failure_data.error.cause.message
+    write_rows(dataset, PROMPTS[:2] + [{"prompt": "another row"}])  # the new rows changed before planning
+    daemon.tick()
+    now = daemon.instance.get_dynamic_partitions("t1__batches")
+    assert now[:1] == planned and len(now) == 2 and not set(now[1:]) & set(forecast[1:])
+    assert daemon.tick()[1] and daemon.instance.get_dynamic_partitions("t1__batches") == now  # stable
 
 
 def test_dataset_hash_is_reused_while_size_and_mtime_stand_still(tmp_path):
@@ -165,13 +232,14 @@ def test_dataset_hash_is_reused_while_size_and_mtime_stand_still(tmp_path):
     assert dataset_state(path, {**state, "sha256": "cached"})["sha256"] not in ("cached", state["sha256"])
 
 
-def test_sensor_is_stopped_by_default_with_a_configurable_interval(isolated_homes, sim_url, monkeypatch):
+def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_url, monkeypatch):
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:1])
     assert cli(dataset, sim_url) == 0
     recipe = load_recipe(data_root(), "t1")
-    sensor = build_run_sensor(recipe, data_root(), minimum_interval_seconds=5)
-    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED and sensor.minimum_interval_seconds == 5
+    dataset_sensor, chain, batches = build_run_sensors(recipe, data_root(), minimum_interval_seconds=5)
+    assert dataset_sensor.default_status == dg.DefaultSensorStatus.STOPPED and dataset_sensor.minimum_interval_seconds == 5
+    assert chain.default_status == batches.default_status == dg.DefaultSensorStatus.RUNNING  # they never spend alone
     monkeypatch.setenv("HERMES_SENSOR_INTERVAL_S", "900")
     defs = build_definitions()
     assert defs.resolve_sensor_def("t1__dataset_sensor").minimum_interval_seconds == 900
@@ -190,11 +258,11 @@ def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url):
     daemon.tick()
     write_rows(dataset, NEW_ROWS[:1], mode="a")
     assert daemon.execute(daemon.tick()[0][0]).success
-    daemon.cursor = None  # forget what was requested: only the instance's view of the run stops a duplicate
     (request,), _ = daemon.tick()
     job = daemon.defs.resolve_job_def(request.job_name)
-    daemon.instance.create_run_for_job(job, tags={"dagster/partition": request.partition_key},
-                                       asset_selection=frozenset({dg.AssetKey(["t1", "raw_trajectories"])}))
-    daemon.cursor = None
+    daemon.instance.create_run_for_job(job, tags={"dagster/partition": batch_range(request)[0]},  # the Launchpad's
+                                       asset_selection=frozenset({dg.AssetKey(["t1", "raw_trajectories"])}),
+                                       status=dg.DagsterRunStatus.STARTED)
+    daemon.launched.clear()  # forget what was launched: only the instance's view of the run stops a duplicate
     requests, skip = daemon.tick()
-    assert requests == [] and "in flight" in skip
+    assert requests == [] and "queued or going" in skip

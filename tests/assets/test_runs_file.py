@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 
+from hermes_assets.declarations import problem_label
 from hermes_assets.definitions import build_definitions
-from hermes_assets.runs_file import RunsFileError, adopt_recipe, load_runs_file, resolve_recipes, runs_file_path
+from hermes_assets.runs_file import (RunsFileError, adopt_recipe, load_runs_file, read_runs_file, resolve_recipes,
+                                     resolve_runs, runs_file_path)
 from hermes_core.config import data_root
 from hermes_core.fileio import append_jsonl_durable
 from hermes_core.batch.recipe import Recipe, RecipeError, load_recipe, save_recipe
@@ -54,7 +57,7 @@ def test_declared_runs_load_with_defaults_and_paths_relative_to_the_file(tmp_pat
     assert load_runs_file(write_runs(tmp_path / "empty.yaml", "")) == []
 
 
-def test_every_problem_is_one_error_naming_the_file_and_the_runs(tmp_path):
+def test_every_problem_is_one_error_naming_the_file_the_entry_and_the_field(tmp_path):
     runs = write_runs(tmp_path / "runs.yaml", """
 - run_name: good
   dataset_file: p.jsonl
@@ -75,23 +78,36 @@ def test_every_problem_is_one_error_naming_the_file_and_the_runs(tmp_path):
   dataset_file: p.jsonl
   model: m
 - just a string
+- {run_name: dist, dataset_file: p.jsonl, model: m, distribution: nope}
+- {run_name: squeeze, dataset_file: p.jsonl, model: m, compression: {target_max_tokenz: 5}}
 """)
     with pytest.raises(RunsFileError) as error:
         load_runs_file(runs)
-    message = str(error.value)
-    assert message.startswith(str(runs))
-    assert "run 'typo': unknown key(s) batchsize" in message and "batch_size" in message  # the known keys
-    assert "run 'badtype': batch_size: expected int, got str '10'" in message
-    assert "run #4: missing run_name, model" in message
-    assert "run 'good': declared more than once" in message
-    assert "run 'bad-name'" in message and "run_name" in message
-    assert "run #7: expected a mapping" in message
+    lines = str(error.value).splitlines()
+    assert all(line.startswith(f"{runs}, entry #") for line in lines), lines
+    assert f"{runs}, entry #2, run 'typo', field 'batchsize': unknown setting; did you mean 'batch_size'?" in lines
+    assert f"{runs}, entry #3, run 'badtype', field 'batch_size': expected int, got str '10'" in lines
+    assert f"{runs}, entry #4, field 'run_name': required setting is missing" in lines
+    assert f"{runs}, entry #4, field 'model': required setting is missing" in lines
+    assert f"{runs}, entry #5, run 'good', field 'run_name': run 'good' is already declared by entry #1; " \
+           "this entry is ignored" in lines
+    assert any(line.startswith(f"{runs}, entry #6, run 'bad-name', field 'run_name': ") for line in lines)
+    assert f"{runs}, entry #7: expected a mapping of settings, got str" in lines
+    assert any(line.startswith(f"{runs}, entry #8, run 'dist', field 'distribution': unknown distribution 'nope'")
+               for line in lines)
+    assert f"{runs}, entry #9, run 'squeeze', field 'compression': unknown compression setting " \
+           "'target_max_tokenz'; known: target_max_tokens" in str(error.value)
+    assert len(lines) == 9
     assert isinstance(error.value, RecipeError)  # the CLI reports it like any recipe error
+    # Collected rather than raised, the good entry still loads.
+    declared, problems = read_runs_file(runs)
+    assert [(d.entry, d.recipe.run_name) for d in declared] == [(1, "good")]
+    assert [str(p) for p in problems] == lines
 
 
 def test_unreadable_or_misshapen_files_are_reported(tmp_path, monkeypatch):
-    with pytest.raises(RunsFileError, match="cannot read"):
-        load_runs_file(write_runs(tmp_path / "a.yaml", "- [unclosed\n"))
+    with pytest.raises(RunsFileError, match="a.yaml: YAML syntax error at line 2, column 1: expected the node"):
+        load_runs_file(write_runs(tmp_path / "a.yaml", "- {run_name: x,\n- [unclosed\n"))
     with pytest.raises(RunsFileError, match="expected a YAML list"):
         load_runs_file(write_runs(tmp_path / "b.yaml", "run_name: x\n"))
     monkeypatch.setenv("HERMES_RUNS_FILE", str(tmp_path / "missing.yaml"))
@@ -173,3 +189,89 @@ def test_declared_and_saved_recipes_merge(isolated_homes, monkeypatch):
     with pytest.raises(RunsFileError, match="ledger"):
         adopt_recipe(root, Recipe(run_name="r", dataset_file=str(dataset), model="hermes-sim", seed=3))
     assert load_recipe(root, "r").seed == 2  # nothing was overwritten
+
+
+def _asset_nodes(defs: dg.Definitions) -> dict[str, Any]:
+    graph = defs.resolve_asset_graph()
+    return {key.to_user_string(): graph.get(key) for key in graph.get_all_asset_keys()}
+
+
+def _fails_with(defs: dg.Definitions, key: str) -> str:
+    """Materialize one asset of the definitions; the message of its step failure."""
+    result = dg.materialize([defs.resolve_assets_def(dg.AssetKey.from_user_string(key))],
+                            instance=dg.DagsterInstance.get(), raise_on_error=False)
+    [failure] = result.get_step_failure_events()
+    assert not result.success
+    return failure.step_failure_data.user_failure_data.description
+
+
+def test_bad_and_conflicting_entries_are_reported_on_their_run_alone(isolated_homes, sim_url, caplog):
+    root = data_root()
+    dataset = write_dataset(root / "p.jsonl")
+    # A run the CLI started, with ledger records: the runs file now declares it with another distribution.
+    save_recipe(root, Recipe(run_name="saved", dataset_file=str(dataset), model="hermes-sim",
+                             distribution="terminal_only"))
+    append_jsonl_durable(root / "saved" / "raw" / "b00001-x.jsonl", {"sample_key": "k", "disposition": "kept"})
+    runs = write_runs(root / "runs.yaml", f"""
+- {{run_name: good, dataset_file: p.jsonl, model: hermes-sim, base_url: "{sim_url}", distribution: terminal_only}}
+- {{run_name: typed, dataset_file: p.jsonl, model: hermes-sim, batch_size: ten}}
+- {{run_name: twice, dataset_file: p.jsonl, model: hermes-sim}}
+- {{run_name: twice, dataset_file: p.jsonl, model: other}}
+- {{run_name: saved, dataset_file: p.jsonl, model: hermes-sim, distribution: development}}
+- {{run_name: bad-name, dataset_file: p.jsonl, model: hermes-sim}}
+""")
+    defs = build_definitions(root)  # loads: nothing above takes the code location down
+    nodes = _asset_nodes(defs)
+    by_group: dict[str, set[str]] = {}
+    for key, node in nodes.items():
+        by_group.setdefault(node.group_name, set()).add(key.split("/", 1)[1])
+    assert by_group == {"good": RUN_KEYS, "twice": RUN_KEYS | {"declaration"},
+                        "saved": RUN_KEYS | {"declaration"},  # the saved run loads, its conflict beside it
+                        "typed": {"declaration"}, "runs_file_entry_6": {"declaration"}}
+    assert defs.resolve_sensor_def("good__dataset_sensor") and defs.resolve_job_def("saved__plan_job")
+
+    typed = nodes["typed/declaration"]
+    assert f"{runs}, entry #2, run 'typed', field 'batch_size': expected int, got str 'ten'" in typed.description
+    assert typed.metadata["problem"].text in typed.description
+    assert (typed.metadata["entry"], typed.metadata["field"]) == ("2", "batch_size")
+    assert typed.tags["hermes/stage"] == "input" and typed.owners == ["team:hermes-foundry"]
+    twice = nodes["twice/declaration"].description
+    assert f"{runs}, entry #4, run 'twice', field 'run_name': run 'twice' is already declared by entry #3" in twice
+    saved = nodes["saved/declaration"].description
+    assert f"{runs}, entry #5, run 'saved', field 'distribution': the declared recipe" in saved
+    assert str(root / "saved" / "recipe.json") in saved and "keeps its saved recipe" in saved
+    assert f"{runs}, entry #6, run 'bad-name', field 'run_name'" in nodes["runs_file_entry_6/declaration"].description
+
+    # The conflicting run keeps its saved recipe (its data was made under it); the declared one is refused.
+    recipes, problems = resolve_runs(root)
+    assert {r.run_name: r.distribution for r in recipes} == {"good": "terminal_only", "saved": "terminal_only",
+                                                             "twice": "default"}
+    assert len(problems) == 4
+    assert [problem_label(p) for p in problems] == ["typed", "twice", "runs_file_entry_6", "saved"]
+    assert [r.getMessage() for r in caplog.records if "runs file problem" in r.getMessage()] == [
+        f"runs file problem, shown on {problem_label(p)}/declaration: {p}" for p in problems]  # one warning each
+
+    # "Materialize" on a declaration asset fails with the message.
+    assert _fails_with(defs, "typed/declaration").startswith(
+        f"{runs}, entry #2, run 'typed', field 'batch_size': expected int")
+    assert "Reload" in _fails_with(defs, "saved/declaration")
+
+
+def test_a_broken_runs_file_leaves_the_saved_runs_loading(isolated_homes, monkeypatch):
+    root = data_root()
+    dataset = write_dataset(root / "p.jsonl")
+    save_recipe(root, Recipe(run_name="from_cli", dataset_file=str(dataset), model="hermes-sim"))
+    runs = write_runs(root / "runs.yaml", "- {run_name: x, dataset_file: p.jsonl\n- [\n")
+    nodes = _asset_nodes(build_definitions(root))
+    assert {k for k in nodes if k.startswith("from_cli/")} == {f"from_cli/{k}" for k in RUN_KEYS}
+    whole = nodes["runs_file/declaration"]
+    assert whole.group_name == "runs_file" and whole.description.startswith(f"{runs}: YAML syntax error at line 2")
+    assert whole.metadata["entry"] == "whole file"
+
+    write_runs(runs, "run_name: x\n")
+    misshapen = _asset_nodes(build_definitions(root))["runs_file/declaration"]
+    assert f"{runs}: expected a YAML list of runs, got dict" in misshapen.description
+    monkeypatch.setenv("HERMES_RUNS_FILE", str(root / "gone.yaml"))
+    nodes = _asset_nodes(build_definitions(root))
+    assert f"{root / 'gone.yaml'}: runs file not found" in nodes["runs_file/declaration"].description
+    assert "from_cli/statistics" in nodes

@@ -15,7 +15,7 @@ from dagster._utils.test.data_versions import get_stale_status_resolver  # what 
 from hermes_assets.cli import batch_main
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
-from hermes_assets.sensors import build_run_sensor
+from hermes_assets.sensors import build_run_sensors
 from hermes_assets.versions import CODE_VERSIONS, ROW_SHAPING, source_version
 from hermes_core import __version__
 from hermes_core.batch.recipe import Recipe, load_recipe, save_recipe
@@ -123,7 +123,8 @@ def test_data_versions_follow_the_dataset_and_partitions_keep_their_state(isolat
     assert status(instance, assets, "prompts") == StaleStatus.STALE
     assert materialize("prompts").success
     assert data_version(instance, "prompts") == prompts_version
-    assert status(instance, assets, "toolset_assignments") == StaleStatus.FRESH
+    for name in ("toolset_assignments", "filtered_trajectories", "statistics"):  # the same samples: nothing moved
+        assert status(instance, assets, name) == StaleStatus.FRESH, name
 
     # New rows: a new dataset version, a new prompts version; statistics stale until it is rebuilt.
     write_dataset(dataset, ROWS + [{"prompt": "Run a command that prints 9"}])
@@ -140,7 +141,7 @@ def test_data_versions_follow_the_dataset_and_partitions_keep_their_state(isolat
 
     write_dataset(dataset, ROWS + [{"prompt": "Run a command that prints 9"}, {"prompt": "Say 10"}])
     assert materialize("prompts", "toolset_assignments").success
-    assert status(instance, assets, "statistics") == StaleStatus.FRESH  # nothing it reads has moved yet
+    assert status(instance, assets, "statistics") == StaleStatus.STALE  # it counts the dataset's samples: moved
     (added,) = set(instance.get_dynamic_partitions("v1__batches")) - set(partitions) - {latest_partition}
     assert materialize("raw_trajectories", partition_key=added).success
     assert materialize("filtered_trajectories").success
@@ -157,9 +158,9 @@ def test_sensor_requests_carry_the_run_tags(isolated_homes):
                     distribution="terminal_only", batch_size=2)
     save_recipe(root, recipe)
     with dg.instance_for_test() as instance:
-        result = build_run_sensor(recipe, root)(dg.build_sensor_context(instance=instance))
+        result = build_run_sensors(recipe, root)[0](dg.build_sensor_context(instance=instance))
     (request,) = result.run_requests
     sha = hashlib.sha256(dataset.read_bytes()).hexdigest()
     assert {k: v for k, v in request.tags.items() if k.startswith("hermes/")} == {
         "hermes/run": "v2", "hermes/model": "hermes-sim", "hermes/distribution": "terminal_only",
-        "hermes/dataset_sha256": sha}
+        "hermes/dataset_sha256": sha, "hermes/refresh": request.run_key}

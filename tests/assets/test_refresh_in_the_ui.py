@@ -1,0 +1,108 @@
+"""Scheduled backfills in one tick, as a Dagster user sees them (issue 18, item 3): a real `dagster dev`
+(webserver, daemon, code server), the run's dataset sensor turned on through the GraphQL API, 7 rows
+appended to the dataset; one tick starts the refresh, the refresh chain runs their batch in one run and
+then refreshes the statistics, while the UI shows the statistics stale, then fresh."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import dagster as dg
+
+from hermes_assets.cli import batch_main
+from hermes_core.config import data_root
+from batch_runs import write_dataset
+from dagster_ui import LOCATION, REPOSITORY, dagster_dev, graphql
+
+START = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+  __typename ... on Sensor { id sensorState { status } } ... on PythonError { message } } }"""
+BACKFILL = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } ... on Error { message } } }"""
+STOP = """mutation($id: String!) { stopSensor(id: $id) { __typename } }"""
+PARTITIONS = """query($s: AssetKeyInput!) { assetNodeOrError(assetKey: $s) { ... on AssetNode { partitionKeys } } }"""
+NODES = """query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) { assetKey { path } staleStatus dataVersion } }"""
+
+
+def asset_states(port: int, run: str, *names: str) -> dict[str, dict]:
+    keys = [{"path": [run, name]} for name in names]
+    return {node["assetKey"]["path"][-1]: node for node in graphql(port, NODES, {"keys": keys})["assetNodes"]}
+
+
+def runs_of(instance: dg.DagsterInstance, run: str, since: float) -> list[dg.DagsterRun]:
+    return [record.dagster_run for record in instance.get_run_records(dg.RunsFilter(tags={"hermes/run": run}))
+            if record.create_timestamp.timestamp() >= since]
+
+
+def finished_refresh(instance: dg.DagsterInstance, since: float) -> list[dg.DagsterRun] | None:
+    """The refresh's runs once its final-assets run ended, else None."""
+    runs = [r for r in runs_of(instance, "ui", since) if "hermes/refresh" in r.tags]
+    return runs if any(r.job_name == "ui__finalize_job" and r.is_finished for r in runs) else None
+
+
+def test_appended_rows_are_refreshed_in_one_tick_with_one_batch_run(isolated_homes, sim_server):
+    data_root().mkdir(parents=True)
+    dataset = write_dataset(data_root() / "d.jsonl", [{"prompt": f"Run a command that prints {i}"} for i in range(4)])
+    assert batch_main([f"--dataset_file={dataset}", "--run_name=ui", f"--base_url={sim_server.base_url}",
+                       "--api_key=k", "--distribution=terminal_only", "--batch_size=10"]) == 0
+    instance = dg.DagsterInstance.get()
+    home = isolated_homes / "dagster_home"
+    with dagster_dev(home, isolated_homes / "dagster_dev.log", {"HERMES_SENSOR_INTERVAL_S": "5"}) as port:
+        before = asset_states(port, "ui", "prompts", "statistics")
+        assert before["statistics"]["staleStatus"] == "FRESH", before
+        sensor = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": "ui__dataset_sensor"}
+        started = graphql(port, START, {"s": sensor})["startSensor"]
+        assert started["sensorState"]["status"] == "RUNNING", started
+        time.sleep(7)  # a tick of the up-to-date run: it requests nothing
+        assert [r for r in runs_of(instance, "ui", 0) if "hermes/refresh" in r.tags] == []
+        sent, appended_at = sim_server.log.requests, time.time()
+        with open(dataset, "a") as handle:
+            handle.writelines(json.dumps({"prompt": f"Run a command that prints new {i}"}) + "\n" for i in range(7))
+
+        stale_seen, deadline = False, time.monotonic() + 180
+        while (runs := finished_refresh(instance, appended_at)) is None and time.monotonic() < deadline:
+            stale_seen |= asset_states(port, "ui", "statistics")["statistics"]["staleStatus"] == "STALE"
+            time.sleep(1)
+        assert runs, "the refresh did not finish within 180 s"
+        print(f"appended -> fresh statistics: {time.time() - appended_at:.0f} s (sensor interval 5 s)")
+        after = asset_states(port, "ui", "prompts", "statistics")
+        time.sleep(7)  # another tick: nothing left to do, nothing requested
+        assert len([r for r in runs_of(instance, "ui", appended_at) if "hermes/refresh" in r.tags]) == len(runs)
+        refreshed = sim_server.log.requests - sent
+        stats = json.loads((data_root() / "ui" / "statistics.json").read_text())
+        graphql(port, STOP, {"id": started["id"]})
+        materialize_all_after_appending(port, instance, sim_server, dataset)
+    assert refreshed == 14  # 7 samples x 2 model calls, nothing paid twice
+    assert sorted(r.job_name for r in runs) == ["ui__batch_job", "ui__finalize_job", "ui__plan_job"]
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), runs
+    assert stats["counts"]["kept"] == 11 and stats["counts"]["pending"] == 0
+    assert after["prompts"]["dataVersion"] != before["prompts"]["dataVersion"]
+    assert stale_seen and after["statistics"]["staleStatus"] == "FRESH"
+
+
+def materialize_all_after_appending(port: int, instance: dg.DagsterInstance, sim_server, dataset) -> None:
+    """With the dataset sensor off: rows appended, then "Materialize all" on the group (a backfill of every
+    asset, all partitions). The batches sensor listed the new rows' batch before the click, so the one
+    backfill plans and runs them: no second click."""
+    raw = {"path": ["ui", "raw_trajectories"]}
+    known = graphql(port, PARTITIONS, {"s": raw})["assetNodeOrError"]["partitionKeys"]
+    with open(dataset, "a") as handle:
+        handle.writelines(json.dumps({"prompt": f"Run a command that prints more {i}"}) + "\n" for i in range(3))
+    deadline = time.monotonic() + 60
+    while len(graphql(port, PARTITIONS, {"s": raw})["assetNodeOrError"]["partitionKeys"]) == len(known):
+        assert time.monotonic() < deadline, "the batches sensor did not list the new rows' batch"
+        time.sleep(1)
+    sent = sim_server.log.requests
+    group = ["dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
+             "statistics", "samples"]
+    launched = graphql(port, BACKFILL, {"p": {"assetSelection": [{"path": ["ui", name]} for name in group[1:]],
+                                              "allPartitions": True}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    deadline = time.monotonic() + 240
+    while instance.get_backfill(launched["backfillId"]).status.value == "REQUESTED":
+        assert time.monotonic() < deadline, "the backfill did not finish within 240 s"
+        time.sleep(2)
+    assert instance.get_backfill(launched["backfillId"]).status.value == "COMPLETED_SUCCESS"
+    assert sim_server.log.requests - sent == 6  # the 3 new rows, 2 calls each; the done batches sent nothing
+    stats = json.loads((data_root() / "ui" / "statistics.json").read_text())
+    assert stats["counts"]["kept"] == 14 and stats["counts"]["pending"] == 0
