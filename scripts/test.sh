@@ -62,6 +62,9 @@ fi
 if [ -n "${DOCKER_HOST:-}" ]; then
   scripts/test_images.sh docker            # hermes-test/bookworm:latest, imported from that rootfs
 fi
+# The conformance oracle (real hermes-agent in .oracle-venv, cached); tests/conformance skips
+# saying why when it cannot be built.
+scripts/hermes_oracle.sh || log "no Hermes Agent oracle (the conformance tests will skip); see the line above"
 
 status=0
 "$venv/bin/pytest" "$@" || status=$?
