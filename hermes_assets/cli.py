@@ -16,6 +16,7 @@ from hermes_core.formats import hf_loading
 from hermes_core.batch import pipeline
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, data_root, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
+from hermes_core.endpoints.request_options import add_request_arguments, request_settings
 from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
 from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
 from hermes_core.api_server.settings import add_serve_arguments
@@ -48,7 +49,8 @@ environment (flags win):
   DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
   HERMES_DAGSTER_URL                              the Dagster UI to reload when a run is new or its recipe changed
                                                   (default http://127.0.0.1:3000, `make dev`; empty: never)
-  HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap)
+  HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap); hermes-agent's
+                                                  TERMINAL_ENV, TERMINAL_*_IMAGE, TERMINAL_TIMEOUT... work too (README: Sandboxes)
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
                                                   sandbox limits and options (README: Sandboxes)
   HERMES_WEB_SEARCH_URL, HERMES_VISION_BASE_URL, HERMES_IMAGE_BASE_URL (+ _API_KEY, _MODEL), HERMES_WEB_*
@@ -77,9 +79,11 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_turns", type=int, default=10, help="model calls per sample before the summary call")
     p.add_argument("--seed", type=int, default=0, help="run seed for the toolset draws (default 0)")
     p.add_argument("--ephemeral_system_prompt", help="system prompt sent to the model but never saved")
-    p.add_argument("--reasoning_effort", help="reasoning effort passed to the model (e.g. low, medium, high)")
+    p.add_argument("--reasoning_effort", help="reasoning effort asked of the model: none, minimal, low, medium "
+                   "(the default), high, xhigh, max or ultra")
     p.add_argument("--reasoning_disabled", action="store_true",
                    help="do not request reasoning and keep trajectories without it (no-reasoning filter off)")
+    add_request_arguments(p)  # hermes-agent's reasoning, provider routing, prefill and log flags
     p.add_argument("--discard_incomplete", action="store_true",
                    help="discard trajectories that reached --max_turns without a final answer (kept by default)")
     p.add_argument("--max_tokens", type=int, help="max_tokens per model call")
@@ -165,8 +169,9 @@ def _recipe(args: argparse.Namespace, endpoint: Endpoint) -> Recipe:
         max_sample_tokens=args.max_sample_tokens,
         price_table=str(Path(args.price_table).resolve()) if args.price_table else None, compression=_compression_flags(args),
         request_timeout_s=args.request_timeout, sample_timeout_s=args.sample_timeout or None,
-        endpoint_preflight=args.preflight,
+        endpoint_preflight=args.preflight, **request_settings(args),
     )
+
 
 
 def run_batch(args: argparse.Namespace) -> int:

@@ -95,7 +95,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     ):
         tag_run(context)
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
-        progress = Progress(verbose=config.verbose) if config.show_progress else None
+        progress = (Progress(verbose=config.verbose, preview_chars=recipe.log_prefix_chars)
+                    if config.show_progress else None)
         finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
         plan, dataset_sha256 = BatchPlan(paths.batches), planned_dataset_sha256(paths)
         result: dict[str, object] = {}

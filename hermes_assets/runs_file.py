@@ -118,6 +118,10 @@ def _type_problem(name: str, value: Any, hint: Any) -> str | None:
             return None
         if typing.get_origin(kind) is dict and isinstance(value, dict):
             return None
+        if typing.get_origin(kind) is list and isinstance(value, list):
+            item = typing.get_args(kind)[0]  # list[str] wants strings; list[dict] items: the Recipe checks
+            if item is not str or all(isinstance(element, str) for element in value):
+                return None
     wanted = " or ".join("null" if k is type(None) else getattr(k, "__name__", "mapping") for k in allowed)
     return f"expected {wanted}, got {type(value).__name__} {value!r}"
 

@@ -85,9 +85,11 @@ def build_run_jobs(recipe: Recipe) -> list[UnresolvedAssetJobDefinition]:
     ]
 
 
-def _interval(minimum_interval_seconds: int | None) -> int:
-    if minimum_interval_seconds is not None:
-        return minimum_interval_seconds
+def _interval(minimum_interval_seconds: int | None, recipe: Recipe) -> int:
+    """The argument, else the run's `refresh_interval_s` (runs file), else $HERMES_SENSOR_INTERVAL_S, else 60."""
+    for given in (minimum_interval_seconds, recipe.refresh_interval_s):
+        if given is not None:
+            return given
     raw = os.environ.get(INTERVAL_ENV, "")
     try:
         return int(raw) if raw.strip() else DEFAULT_INTERVAL_S
@@ -245,7 +247,7 @@ def build_run_sensors(
     jobs: list[UnresolvedAssetJobDefinition] | None = None,
 ) -> list[dg.SensorDefinition]:
     """The run's dataset sensor (stopped by default: turn it on in the UI, Automation → Sensors; interval:
-    the argument, else $HERMES_SENSOR_INTERVAL_S, else 60 s), its refresh chain and its batches sensor.
+    see `_interval`), its refresh chain and its batches sensor.
     Pass the `build_run_jobs` list you also give to Definitions, so each job is defined once."""
     run = recipe.run_name
     plan_job, batch_job, finalize_job = jobs if jobs is not None else build_run_jobs(recipe)
@@ -253,7 +255,7 @@ def build_run_sensors(
     @dg.sensor(
         name=f"{run}__dataset_sensor",
         jobs=[plan_job, batch_job, finalize_job],
-        minimum_interval_seconds=_interval(minimum_interval_seconds),
+        minimum_interval_seconds=_interval(minimum_interval_seconds, recipe),
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Watches {recipe.dataset_file} of run {run!r}: on new or changed rows, pending batches or "
         "stale final assets it starts a refresh (plan, every pending batch in one run, then trajectories, "

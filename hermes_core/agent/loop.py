@@ -17,8 +17,10 @@ import aiohttp
 from hermes_core.endpoints import constrained
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, Endpoint
 from hermes_core.endpoints.model_client import ModelClient, ModelError
+from hermes_core.endpoints.request_options import RequestOptions
 from hermes_core.agent.reasoning import extract_reasoning
 from hermes_core.sandbox import Sandbox, SandboxBackend, SandboxError, get_backend
+from hermes_core.formats.hermes_text import OWN_TEXT, HermesText, wrap_untrusted
 from hermes_core.formats.sharegpt import tool_stats as count_tool_stats
 from hermes_core.tools import TOOLSET_ORDER, Tool, ToolContext, registry as default_registry
 from hermes_core.tools.backends import ToolBackends
@@ -88,6 +90,8 @@ class AIAgent:
         tool_call_mode: str = constrained.NATIVE,
         tool_backends: ToolBackends | None = None,
         sample_budget: Callable[[dict[str, int]], str | None] | None = None,
+        request_options: RequestOptions | None = None,
+        hermes_text: HermesText = OWN_TEXT,
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
@@ -117,6 +121,9 @@ class AIAgent:
             raise ValueError(f"tool_call_mode {tool_call_mode!r}: expected one of {', '.join(constrained.TOOL_CALL_MODES)}")
         self.tool_call_mode = tool_call_mode  # constrained: for models without tool calling (hermes_core.endpoints.constrained)
         self.sample_budget = sample_budget  # usage so far -> why the sample must stop calling the model
+        self.hermes_text = hermes_text  # the prose the model reads around tool results (the untrusted notice)
+        # A batch run's reasoning form, provider routing and prefill (hermes_core.endpoints.request_options).
+        self.request_options = request_options
 
     # -- public API -------------------------------------------------------------------------
     def chat(self, message: str) -> str:
@@ -167,6 +174,8 @@ class AIAgent:
                                ("reasoning_effort", self.reasoning_effort)):
                 if value is not None:
                     body[key] = value
+            if self.request_options is not None:
+                self.request_options.apply(body)
             api_calls += 1
             self._say(f"⏳ model call {api_calls}")
             completion = await client.complete(body, stream=self.stream)
@@ -346,5 +355,6 @@ class _Session:
                 *(asyncio.to_thread(self.agent.registry.call, tool.name, arguments, ctx) for _, tool, arguments in group)
             )
             for (index, tool, _), output in zip(group, outputs):
-                results[index] = output
+                # Web/browser output is marked as data, as Hermes Agent marks it.
+                results[index] = wrap_untrusted(tool.name, output, self.agent.hermes_text.untrusted_notice)
                 self.agent._progress(tool.name, labels[index], call_ids[index], "completed")

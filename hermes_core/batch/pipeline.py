@@ -101,6 +101,12 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
     return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
 
 
+def backend_default_image(backend: SandboxBackend) -> str | None:
+    """The image a row without one runs in on `backend` (SandboxSettings.default_image), if any."""
+    settings = getattr(backend, "settings", None)
+    return settings.default_image if settings is not None else None
+
+
 def sandbox_backend(recipe: Recipe) -> SandboxBackend:
     """The run's backend: the recipe's choice, else $HERMES_TERMINAL_BACKEND, else local (bubblewrap);
     limits from HERMES_SANDBOX_*; sandboxes labelled with the run name."""
@@ -257,8 +263,8 @@ def _run_partitions(
     reaped = backend.reap() if jobs else 0
     images: dict[str, list[int]] = {}  # image -> the dataset lines naming it, for the refusal message
     for job in jobs:
-        if job.sample.image:
-            images.setdefault(job.sample.image, []).append(job.sample.line)
+        if image := job.sample.image or backend_default_image(backend):  # rows without one get the default
+            images.setdefault(image, []).append(job.sample.line)
     problems = backend.preflight(images)
     if problems:
         raise PreflightError(

@@ -11,9 +11,10 @@ from hermes_core.formats.filters import Disposition
 
 class Progress:
     def __init__(self, total: int | None = None, stream: TextIO | None = None, min_interval_s: float = 0.2,
-                 verbose: bool = False):
+                 verbose: bool = False, preview_chars: int = 100):
         self.total = total or 0
         self.verbose = verbose  # also one line per finished sample
+        self.preview_chars = preview_chars  # of each tool call's arguments (the recipe's log_prefix_chars)
         self.stream = stream or sys.stderr
         self.done = self.kept = self.failed = self.discarded = self.tokens = 0
         self.started = time.monotonic()
@@ -40,10 +41,18 @@ class Progress:
             restart = "\r" if self._tty else ""  # overwrite the bar, which is redrawn below
             self.stream.write(f"{restart}#{record['prompt_index']} {disposition} "
                               f"({record['api_calls']} calls, {record['duration_s']:.1f}s){error}\n")
+            for call in (c for m in record.get("messages") or () for c in m.get("tool_calls") or ()):
+                function = call.get("function") or {}
+                self.stream.write(f"  [P{record['prompt_index']}] {function.get('name')}: "
+                                  f"{self._preview(str(function.get('arguments')))}\n")
         now = time.monotonic()
         if now - self._last_draw >= self._min_interval_s or self.done == self.total:
             self._last_draw = now
             self._draw(now)
+
+    def _preview(self, text: str) -> str:
+        """`text` cut to `preview_chars`, marked when cut (as the original's log previews are)."""
+        return text if len(text) <= self.preview_chars else text[:self.preview_chars] + "..."
 
     def _draw(self, now: float) -> None:
         elapsed = max(now - self.started, 1e-9)

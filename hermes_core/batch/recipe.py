@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
+from hermes_core.endpoints.request_options import OPENROUTER, RequestOptions, options_problem
 from hermes_core.tools.distributions import Distribution, load_distributions
 from hermes_core.fileio import atomic_write_json
 from hermes_core.formats.filters import FilterSettings
@@ -78,6 +79,20 @@ class Recipe:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # per model call: to connect, and for each part of the answer
     sample_timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S  # a sample's model calls end by then (None: no deadline)
     endpoint_preflight: bool = True  # check key, URL and model before the first sample (model_client.preflight)
+    # Seconds between the dataset sensor's looks at this run (default $HERMES_SENSOR_INTERVAL_S, else 60).
+    # Not in the fingerprint: scheduling changes no sample.
+    refresh_interval_s: int | None = None
+    # Requests as hermes-agent's batch runner sends them (hermes_core.endpoints.request_options): the form
+    # reasoning is asked in, OpenRouter provider routing, and messages prepended to every request (not
+    # saved in trajectories). Only the prefill is in the fingerprint: the model sees it, routing and
+    # wire form pick who serves the same request. log_prefix_chars: preview length of --verbose lines.
+    reasoning_format: str = OPENROUTER
+    providers_allowed: list[str] | None = None
+    providers_ignored: list[str] | None = None
+    providers_order: list[str] | None = None
+    provider_sort: str | None = None
+    prefill_messages: list[dict[str, Any]] | None = None
+    log_prefix_chars: int = 100
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.run_name):
@@ -107,13 +122,27 @@ class Recipe:
         for name in ("batch_size", "num_workers", "max_turns", "max_attempts"):
             if getattr(self, name) < 1:
                 raise RecipeError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        for name in ("request_timeout_s", "sample_timeout_s"):
+        if problem := options_problem(self.reasoning_format, self.reasoning_effort, self.provider_sort,
+                                      self.prefill_messages):
+            raise RecipeError(problem)
+        if self.log_prefix_chars < 0:
+            raise RecipeError(f"log_prefix_chars must not be negative (got {self.log_prefix_chars})")
+        for name in ("request_timeout_s", "sample_timeout_s", "refresh_interval_s"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise RecipeError(f"{name} must be positive (got {getattr(self, name)})")
         # Resolved once: these are read per batch and per sample, and their files would be re-parsed each time.
         object.__setattr__(self, "_price", price)
         object.__setattr__(self, "_distribution", self._resolve_distribution())
         object.__setattr__(self, "_fingerprint", self._compute_fingerprint())
+
+    def request_options(self) -> RequestOptions:
+        """What every model request of this run carries besides the conversation and the tools."""
+        return RequestOptions(
+            reasoning_effort=self.reasoning_effort, reasoning_disabled=self.reasoning_disabled,
+            reasoning_format=self.reasoning_format, providers_allowed=tuple(self.providers_allowed or ()),
+            providers_ignored=tuple(self.providers_ignored or ()), providers_order=tuple(self.providers_order or ()),
+            provider_sort=self.provider_sort, prefill_messages=tuple(self.prefill_messages or ()),
+        )
 
     def load_distribution(self) -> Distribution:
         return self._distribution  # type: ignore[attr-defined]
@@ -164,7 +193,7 @@ class Recipe:
         settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
         # Settings added later count only when set: fingerprints of earlier runs stay as they were.
         for name, default in (("tool_call_mode", NATIVE), ("discard_incomplete", False), ("max_sample_cost_usd", None),
-                              ("max_sample_tokens", None)):
+                              ("max_sample_tokens", None), ("prefill_messages", None)):
             if getattr(self, name) != default:
                 settings[name] = getattr(self, name)
         canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
@@ -196,7 +225,7 @@ def save_recipe(root: Path, recipe: Recipe, *, force_new_fingerprint: bool = Fal
     if path.is_file() and not force_new_fingerprint:
         old = json.loads(path.read_text())
         if old.get("fingerprint") != recipe.fingerprint():
-            changed = [n for n in FINGERPRINT_FIELDS if old.get(n) != getattr(recipe, n)]
+            changed = [n for n in (*FINGERPRINT_FIELDS, "prefill_messages") if old.get(n) != getattr(recipe, n)]
             raise RecipeError(
                 f"run {recipe.run_name!r} was started with a different recipe (changed: "
                 f"{', '.join(changed) or 'distribution probabilities'}); use a new --run_name, "

@@ -47,7 +47,7 @@ def run_jobs(
             model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, quiet_mode=True,
             enabled_toolsets=job.toolsets, max_iterations=recipe.max_turns,
             ephemeral_system_prompt=recipe.ephemeral_system_prompt,
-            reasoning_effort=None if recipe.reasoning_disabled else recipe.reasoning_effort,
+            request_options=recipe.request_options(),  # reasoning, provider routing, prefill, as the original sends them
             max_tokens=recipe.max_tokens, temperature=recipe.temperature, stream=recipe.stream,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
             request_timeout_s=endpoint.request_timeout_s, sample_timeout_s=endpoint.sample_timeout_s,

@@ -64,7 +64,7 @@ def _recipe_section(recipe: Recipe | None) -> list[str]:
                         f"sha256(\"{recipe.seed}:<sample_key>\") (column `toolset_seed`), so draws are reproducible"),
         ("max_turns", str(recipe.max_turns)),
         ("reasoning", "disabled (not requested, not required)" if recipe.reasoning_disabled
-         else f"requested, effort {recipe.reasoning_effort or 'the model default'}"),
+         else f"requested, effort {recipe.reasoning_effort or 'medium'} ({recipe.reasoning_format} form)"),
         ("temperature / max_tokens", f"{recipe.temperature if recipe.temperature is not None else 'default'} / "
                                      f"{recipe.max_tokens if recipe.max_tokens is not None else 'default'}"),
         ("ephemeral system prompt", "set (sent to the model, not in the data)" if recipe.ephemeral_system_prompt

@@ -1,11 +1,16 @@
 """OpenAI-format conversations -> Hermes ShareGPT turns (SPEC §8.1), plus per-row tool statistics.
 
-Whitespace rules of a `gpt` turn (fixed so every row is formatted the same way):
-- the value starts with `<think>\\n{reasoning}\\n</think>\\n`; reasoning is stripped of outer
-  whitespace, and missing/blank reasoning gives the empty block `<think>\\n\\n</think>\\n`;
-- then the parts, joined with a single `\\n`: the content (outer whitespace stripped, omitted when
-  empty) and one `<tool_call>\\n{json}\\n</tool_call>` block per call. So each call is preceded by
-  `\\n` when anything precedes it in the body, and nothing trails the last part.
+The bytes are those of Hermes Agent 0.19.0's converter (README, "Record format conformance"):
+- system: `<preamble><tools>\n{json}\n</tools>\n<schema intro>\n{FunctionCall schema repr}\n
+  <instruction>\n<example intro>\n<tool_call>\n{example}\n</tool_call>`; tools sorted by name, each
+  `{name, description, parameters, "required": null}`; the sentences come from a `HermesText`.
+- gpt: `<think>\n{reasoning}\n</think>\n` with the reasoning verbatim when it is not blank; then, for
+  a message with tool calls, the content (when not blank) + `\n` and one
+  `<tool_call>\n{json}\n</tool_call>\n` per call, right-stripped; for one without, the content,
+  the whole value stripped. `<REASONING_SCRATCHPAD>` tags left in the content become `<think>` tags,
+  and a value without any `<think>` gets the empty block `<think>\n</think>\n` first.
+- tool: the replies right after an assistant message with calls, one `<tool_response>\n{json}\n
+  </tool_response>` each, joined by `\n`; the name is that of the call at the same position.
 Tool calls and responses are serialised with `json.dumps(..., ensure_ascii=False)` (default separators).
 """
 
@@ -13,6 +18,8 @@ from __future__ import annotations
 
 import json
 from typing import Any, Iterator
+
+from hermes_core.formats.hermes_text import CALL_EXAMPLE, OWN_TEXT, HermesText, unwrap_untrusted
 
 FUNCTION_CALL_SCHEMA: dict[str, Any] = {
     "title": "FunctionCall",
@@ -30,25 +37,19 @@ def _dumps(value: Any) -> str:
 
 
 def _definition(tool: dict[str, Any]) -> dict[str, Any]:
-    """`{name, description, parameters}`; also accepts the OpenAI `{"type": "function", ...}` wrapper."""
+    """`{name, description, parameters, required: null}` as the original lists a tool (its
+    `required` key is always null); also accepts the OpenAI `{"type": "function", ...}` wrapper."""
     spec = tool.get("function", tool) if tool.get("type") == "function" else tool
     return {"name": spec.get("name"), "description": spec.get("description", ""),
-            "parameters": spec.get("parameters", {"type": "object", "properties": {}})}
+            "parameters": spec.get("parameters", {}), "required": None}
 
 
-def hermes_system_prompt(tool_definitions: list[dict[str, Any]]) -> str:
-    """The Hermes function-calling system turn for the tools offered to a sample."""
-    tools = _dumps([_definition(tool) for tool in tool_definitions])
+def hermes_system_prompt(tool_definitions: list[dict[str, Any]], text: HermesText = OWN_TEXT) -> str:
+    """The Hermes function-calling system turn for the tools offered to a sample (sorted by name)."""
+    tools = _dumps(sorted((_definition(tool) for tool in tool_definitions), key=lambda d: str(d["name"])))
     return (
-        "You are a function-calling AI model. The functions you can call are described by their "
-        "signatures inside the <tools></tools> XML tags below. You may call one or more of them to "
-        "help with the user's request. Do not guess values for arguments you were not given.\n"
-        f"<tools>\n{tools}\n</tools>\n"
-        "Each function call must follow this pydantic model JSON schema: "
-        f"{_dumps(FUNCTION_CALL_SCHEMA)}\n"
-        "For every function call, return a JSON object with the function name and its arguments "
-        "wrapped in <tool_call></tool_call> XML tags, like this:\n"
-        '<tool_call>\n{"name": <function-name>, "arguments": <args-dict>}\n</tool_call>'
+        f"{text.preamble}<tools>\n{tools}\n</tools>\n{text.schema_intro}\n{FUNCTION_CALL_SCHEMA!r}\n"
+        f"{text.call_instruction}\n{text.example_intro}\n<tool_call>\n{CALL_EXAMPLE}\n</tool_call>"
     )
 
 
@@ -87,14 +88,26 @@ def iter_tool_calls(messages: list[dict[str, Any]]) -> Iterator[tuple[str | None
             yield call.get("id"), str(function.get("name") or ""), function.get("arguments")
 
 
+def _scratchpad_to_think(content: str) -> str:
+    return content.replace("<REASONING_SCRATCHPAD>", "<think>").replace("</REASONING_SCRATCHPAD>", "</think>")
+
+
 def _gpt_value(message: dict[str, Any]) -> str:
-    reasoning = _text(message.get("reasoning")).strip()
-    parts = [_text(message.get("content")).strip()]
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        payload = {"name": function.get("name"), "arguments": parse_arguments(function.get("arguments")) or {}}
-        parts.append(f"<tool_call>\n{_dumps(payload)}\n</tool_call>")
-    return f"<think>\n{reasoning}\n</think>\n" + "\n".join(part for part in parts if part)
+    reasoning = _text(message.get("reasoning"))
+    value = f"<think>\n{reasoning}\n</think>\n" if reasoning.strip() else ""
+    content = _text(message.get("content"))
+    calls = [call for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+    if calls:
+        value += _scratchpad_to_think(content) + "\n" if content.strip() else ""
+        for call in calls:
+            function = call.get("function") or {}
+            payload = {"name": function.get("name"), "arguments": parse_arguments(function.get("arguments")) or {}}
+            value += f"<tool_call>\n{_dumps(payload)}\n</tool_call>\n"
+    else:
+        value += _scratchpad_to_think(content)
+    if "<think>" not in value:
+        value = "<think>\n</think>\n" + value
+    return value.rstrip() if calls else value.strip()
 
 
 def _tool_content(content: Any) -> Any:
@@ -107,32 +120,29 @@ def _tool_content(content: Any) -> Any:
     return parsed if isinstance(parsed, (dict, list)) else text
 
 
-def to_conversations(messages: list[dict[str, Any]], tool_definitions: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """ShareGPT `conversations` of one trajectory. System messages (ephemeral) are never written."""
-    turns: list[dict[str, str]] = [{"from": "system", "value": hermes_system_prompt(tool_definitions)}]
-    call_names: dict[Any, str] = {}  # tool messages without `name` get it from their call
-    pending: list[str] = []  # <tool_response> blocks of the current run of tool messages
-
-    def flush() -> None:
-        if pending:
-            turns.append({"from": "tool", "value": "\n".join(pending)})
-            pending.clear()
-
-    for message in messages:
+def to_conversations(
+    messages: list[dict[str, Any]], tool_definitions: list[dict[str, Any]], text: HermesText = OWN_TEXT
+) -> list[dict[str, str]]:
+    """ShareGPT `conversations` of one trajectory. System messages (ephemeral) are never written,
+    nor tool messages that do not answer an assistant message's calls."""
+    turns: list[dict[str, str]] = [{"from": "system", "value": hermes_system_prompt(tool_definitions, text)}]
+    for index, message in enumerate(messages):
         role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            response = {"tool_call_id": call_id, "name": message.get("name") or call_names.get(call_id, ""),
-                        "content": _tool_content(message.get("content"))}
-            pending.append(f"<tool_response>\n{_dumps(response)}\n</tool_response>")
-            continue
-        flush()
         if role == "user":
             turns.append({"from": "human", "value": _text(message.get("content"))})
         elif role == "assistant":
-            call_names.update((call_id, name) for call_id, name, _ in iter_tool_calls([message]))
             turns.append({"from": "gpt", "value": _gpt_value(message)})
-    flush()
+            calls = [name for _, name, _ in iter_tool_calls([message])]
+            responses = []
+            for follow in messages[index + 1:]:
+                if follow.get("role") != "tool":
+                    break
+                name = calls[len(responses)] if len(responses) < len(calls) else "unknown"
+                response = {"tool_call_id": follow.get("tool_call_id", ""), "name": name,
+                            "content": _tool_content(follow.get("content"))}
+                responses.append(f"<tool_response>\n{_dumps(response)}\n</tool_response>")
+            if calls and responses:
+                turns.append({"from": "tool", "value": "\n".join(responses)})
     return turns
 
 
@@ -162,7 +172,9 @@ def tool_stats(messages: list[dict[str, Any]], universe: list[str]) -> tuple[dic
             entry = stats.setdefault(name, {"count": 0, "success": 0, "failure": 0})
             entry["count"] += 1
             # A missing reply reads as empty text, which result_failed counts as a failure.
-            failed = parse_arguments(raw_args) is None or result_failed(_text(replies.get(call_id)))
+            # An untrusted tool's result is judged by its payload, not by the wrapper around it.
+            reply = unwrap_untrusted(_text(replies.get(call_id)))
+            failed = parse_arguments(raw_args) is None or result_failed(reply)
             entry["failure" if failed else "success"] += 1
     return stats, {name: entry["failure"] for name, entry in stats.items()}
 

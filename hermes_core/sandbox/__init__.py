@@ -5,8 +5,8 @@ Backends are imported lazily by name, so a run on `local` never imports the dock
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import os
 
 from hermes_core.sandbox.base import (
     DEFAULT_COMMAND_TIMEOUT_S,
@@ -18,6 +18,7 @@ from hermes_core.sandbox.base import (
     SandboxError,
     SandboxSettings,
 )
+from hermes_core.sandbox.terminal_env import backend_from_env, default_image
 
 BACKEND_ENV_VAR = "HERMES_TERMINAL_BACKEND"
 DEFAULT_BACKEND = "local"
@@ -42,14 +43,17 @@ def known_backends() -> list[str]:
 
 
 def get_backend(name: str | None = None, settings: SandboxSettings | None = None) -> SandboxBackend:
-    """The backend `name`, else the one named by $HERMES_TERMINAL_BACKEND, else "local"."""
-    chosen = (name or os.environ.get(BACKEND_ENV_VAR) or DEFAULT_BACKEND).strip().lower()
+    """The backend `name`, else the one named by $HERMES_TERMINAL_BACKEND (or hermes-agent's
+    $TERMINAL_ENV), else "local". On container backends, samples without an image get
+    `settings.default_image`, else TERMINAL_<BACKEND>_IMAGE, else hermes-agent's default image."""
+    chosen = (name or backend_from_env(BACKEND_ENV_VAR) or DEFAULT_BACKEND).strip().lower()
     target = _BACKENDS.get(chosen)
     if target is None:
         raise ValueError(f"unknown sandbox backend {chosen!r}; known backends: {', '.join(known_backends())}")
     module_name, class_name = target.split(":")
     backend_class = getattr(importlib.import_module(module_name), class_name)
-    return backend_class(settings or SandboxSettings.from_env())
+    settings = settings or SandboxSettings.from_env()
+    return backend_class(dataclasses.replace(settings, default_image=default_image(chosen, settings.default_image)))
 
 
 __all__ = [

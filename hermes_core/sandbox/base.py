@@ -8,12 +8,12 @@ every backend (local, docker, ...). A backend creates sandboxes, checks images b
 from __future__ import annotations
 
 import abc
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping, TypeVar
 
 from hermes_core.sandbox.images import Images, image_problems
+from hermes_core.sandbox.terminal_env import setting_from_env
 
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
@@ -34,14 +34,18 @@ class SandboxSettings:
     allow_pull: bool = False  # may pre-flight pull missing images (docker/singularity)
     state_root: Path | None = None  # where session state lives on the host (default: temp dir)
     image_root: Path | None = None  # the only host folder images may come from (local rootfs, singularity)
+    # The image of a sample whose row names none (docker, modal, singularity); get_backend fills in
+    # TERMINAL_<BACKEND>_IMAGE or hermes-agent's default (hermes_core.sandbox.terminal_env).
+    default_image: str | None = None
 
     @classmethod
     def from_env(cls, **overrides: object) -> "SandboxSettings":
         values: dict[str, object] = {}
         for field in fields(cls):
-            raw = os.environ.get(f"HERMES_SANDBOX_{field.name.upper()}")
-            if raw is None or field.name in overrides:
+            found = setting_from_env(field.name)  # HERMES_SANDBOX_<FIELD>, else hermes-agent's TERMINAL_* name
+            if found is None or field.name in overrides:
                 continue
+            variable, raw = found
             kind = field.type if isinstance(field.type, str) else field.type.__name__
             try:
                 if kind.startswith("bool"):
@@ -55,7 +59,7 @@ class SandboxSettings:
                 else:
                     values[field.name] = raw
             except ValueError as exc:
-                raise ValueError(f"HERMES_SANDBOX_{field.name.upper()}={raw!r}: {exc}") from exc
+                raise ValueError(f"{variable}={raw!r}: {exc}") from exc
         return cls(**{**values, **overrides})  # type: ignore[arg-type]
 
 
@@ -115,6 +119,18 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def processes(self) -> list[ProcessStatus]:
         """Every background command of this session."""
+
+    def spawn_pty(self, command: str) -> int:
+        """`spawn` with a pseudo-terminal as the command's stdin, stdout and stderr."""
+        raise SandboxError(f"the {type(self).__name__} backend cannot give background processes a terminal")
+
+    def write_stdin(self, process_id: int, data: bytes) -> None:
+        """Send `data` to the stdin of a running background command."""
+        raise SandboxError(f"the {type(self).__name__} backend cannot send input to background processes")
+
+    def close_stdin(self, process_id: int) -> None:
+        """End the input of a running background command (it reads end-of-file)."""
+        raise SandboxError(f"the {type(self).__name__} backend cannot send input to background processes")
 
     @abc.abstractmethod
     def read_file(self, path: str) -> bytes:

@@ -168,9 +168,12 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         argv = self._argv([self.shell, "-c", command])
         return self.jobs.run(argv, str(self.state_dir), self.env, timeout, self.output_cap, tuple(self._fds.values()))[0]
 
-    def spawn(self, command: str) -> int:
+    def spawn(self, command: str, pty: bool = False) -> int:
         argv = self._argv([self.shell, "-c", command])
-        return self.jobs.start(command, argv, str(self.state_dir), self.env, tuple(self._fds.values()))
+        return self.jobs.start(command, argv, str(self.state_dir), self.env, tuple(self._fds.values()), pty)
+
+    def spawn_pty(self, command: str) -> int:
+        return self.spawn(command, pty=True)
 
     def _checked(self, path: str, done: subprocess.CompletedProcess) -> None:
         message = done.stderr.decode(errors="replace").strip()

@@ -217,6 +217,7 @@ class DockerBackend(SandboxBackend):
         return reference_problem(image)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> DockerSandbox:
+        image = image or self.settings.default_image  # a row without one: TERMINAL_*_IMAGE or the original's
         if not image:
             raise SandboxError("the docker backend needs an image: give the prompt an `image` (or `docker_image`)")
         if problem := self.image_problem(image):

@@ -55,9 +55,12 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError("timeout must be positive")
         return self.jobs.run(shell_argv(command), self.cwd, self.env, timeout, self.output_cap)[0]
 
-    def spawn(self, command: str) -> int:
+    def spawn(self, command: str, pty: bool = False) -> int:
         self._check_open()
-        return self.jobs.start(command, shell_argv(command), self.cwd, self.env)
+        return self.jobs.start(command, shell_argv(command), self.cwd, self.env, pty=pty)
+
+    def spawn_pty(self, command: str) -> int:
+        return self.spawn(command, pty=True)
 
     def _resolve(self, path: str) -> Path:
         self._check_open()

@@ -263,6 +263,7 @@ class ModalBackend(SandboxBackend):
         return reference_problem(image)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> ModalSandbox:
+        image = image or self.settings.default_image  # a row without one: TERMINAL_*_IMAGE or the original's
         if not image:
             raise SandboxError("the modal backend needs an image (a registry reference, e.g. python:3.12-slim)")
         if problem := self.image_problem(image):

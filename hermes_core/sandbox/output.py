@@ -67,3 +67,18 @@ def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[s
     except FileNotFoundError:
         return "", False
     return join_head_tail(head, tail, size - len(head) - len(tail)), True
+
+
+def pump_to_log(fd: int, log: Path) -> None:
+    """Append what arrives on `fd` (a pseudo-terminal's master side) to `log` until every writer is
+    gone, then close `fd`. Runs in its own thread: a terminal, unlike a file, needs a reader."""
+    with open(log, "ab", buffering=0) as out:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: every process holding the terminal is gone
+                break
+            if not chunk:
+                break
+            out.write(chunk)
+    os.close(fd)

@@ -15,10 +15,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
-from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, read_capped_file
+from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, pump_to_log, read_capped_file
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a process group
 DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after the shell exited
@@ -198,6 +198,9 @@ class _Job:
     command: str
     proc: subprocess.Popen
     log: Path
+    stdin: BinaryIO | None  # the pipe to its stdin, or the master side of its pseudo-terminal
+    pump: threading.Thread | None = None  # copies a pseudo-terminal's output into the log
+
 
 
 class BackgroundJobs:
@@ -241,24 +244,64 @@ class BackgroundJobs:
             _kill_group_now(pgid)
 
     def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
-              pass_fds: tuple[int, ...] = ()) -> int:
+              pass_fds: tuple[int, ...] = (), pty: bool = False) -> int:
+        """Start a job whose stdin stays open for `write_stdin` (a pipe, or with `pty` a pseudo-terminal
+        that is also its stdout and stderr, for programs that behave differently on a terminal)."""
         with self._lock:
             if self.closed:
                 raise SandboxError("the sandbox is closed")
             job_id = len(self.jobs) + 1
             log = self.log_dir / f"process-{job_id}.log"
+            master, slave = os.openpty() if pty else (-1, -1)
             with open(log, "wb") as out:
+                streams = dict(stdin=slave, stdout=slave, stderr=slave) if pty else dict(
+                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
                 try:
-                    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds)
+                    proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
+                                            **streams)  # type: ignore[call-overload]
                 except OSError as exc:
+                    if pty:
+                        os.close(master)
                     raise SandboxError(f"could not start command: {exc}") from exc
-            self.jobs[job_id] = _Job(command, proc, log)
+                finally:
+                    if pty:
+                        os.close(slave)
+            if not pty:
+                self.jobs[job_id] = _Job(command, proc, log, proc.stdin)
+                return job_id
+            writer = open(os.dup(master), "wb", buffering=0)  # before the pump may close `master`
+            pump = threading.Thread(target=pump_to_log, args=(master, log), daemon=True)
+            pump.start()
+            self.jobs[job_id] = _Job(command, proc, log, writer, pump)
             return job_id
+
+    def write_stdin(self, job_id: int, data: bytes) -> None:
+        job = find_job(self.jobs, job_id)
+        if job.proc.poll() is not None:
+            raise SandboxError(f"background process {job_id} has already finished")
+        if job.stdin is None or job.stdin.closed:
+            raise SandboxError(f"the input of background process {job_id} is closed")
+        try:
+            job.stdin.write(data)
+            job.stdin.flush()
+        except OSError as exc:  # e.g. the program closed its stdin
+            raise SandboxError(f"could not write to background process {job_id}: {exc}") from exc
+
+    def close_stdin(self, job_id: int) -> None:
+        """End of input: the pipe is closed; a terminal gets its end-of-file character (Ctrl-D)."""
+        job = find_job(self.jobs, job_id)
+        if job.proc.poll() is not None:
+            raise SandboxError(f"background process {job_id} has already finished")
+        if job.pump is not None:
+            self.write_stdin(job_id, b"\x04")
+        elif job.stdin is not None:
+            _close_quietly(job.stdin)
 
     def poll(self, job_id: int) -> ProcessStatus:
         job = find_job(self.jobs, job_id)
         returncode = job.proc.poll()
+        if returncode is not None and job.pump is not None:
+            job.pump.join(timeout=DRAIN_GRACE_S)  # the terminal's last output, before reporting the exit
         output, truncated = read_capped_file(job.log, self.cap)
         return ProcessStatus(process_id=job_id, command=job.command, running=returncode is None,
                              exit_code=None if returncode is None else shell_exit_code(returncode),
@@ -288,9 +331,18 @@ class BackgroundJobs:
             time.sleep(0.01)
         for job in self.jobs.values():
             kill_process_group(job.proc.pid, job.proc)
+            if job.stdin is not None:
+                _close_quietly(job.stdin)
         for pgid in self.exec_groups:
             if group_alive(pgid):
                 kill_process_group(pgid)
+
+
+def _close_quietly(stream: BinaryIO) -> None:
+    try:
+        stream.close()
+    except OSError:  # a pipe whose reader is gone
+        pass
 
 
 def _kill_group_now(pgid: int) -> None:
@@ -301,8 +353,8 @@ def _kill_group_now(pgid: int) -> None:
 
 
 class BackgroundJobsMixin:
-    """`poll`, `kill` and `processes` of a sandbox whose background commands are `self.jobs`, and its
-    idempotent `close`: every process of the session is killed before `_release` frees the rest."""
+    """`poll`, `kill`, `processes` and stdin of a sandbox whose background commands are `self.jobs`, and
+    its idempotent `close`: every process of the session is killed before `_release` frees the rest."""
 
     jobs: BackgroundJobs
     _closed: bool
@@ -315,6 +367,12 @@ class BackgroundJobsMixin:
 
     def processes(self) -> list[ProcessStatus]:
         return self.jobs.statuses()
+
+    def write_stdin(self, process_id: int, data: bytes) -> None:
+        self.jobs.write_stdin(process_id, data)
+
+    def close_stdin(self, process_id: int) -> None:
+        self.jobs.close_stdin(process_id)
 
     def close(self) -> None:
         if self._closed:

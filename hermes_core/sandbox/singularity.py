@@ -231,6 +231,7 @@ class SingularityBackend(SandboxBackend):
         return problems + image_problems(images, self.image_problem)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> SingularitySandbox:
+        image = image or self.settings.default_image  # a row without one: TERMINAL_*_IMAGE or the original's
         if not image:
             raise SandboxError("the singularity backend needs an image for every sample (a SIF file or sandbox "
                                "folder in the image root, or a docker:// reference)")

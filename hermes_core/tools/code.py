@@ -8,22 +8,21 @@ from typing import Any
 from hermes_core.sandbox import DEFAULT_OUTPUT_CAP_BYTES, SandboxError
 from hermes_core.sandbox.output import truncate_output
 from hermes_core.tools.registry import ToolContext, ToolError, tool
-from hermes_core.tools.terminal import MAX_TIMEOUT_S
+
+TIMEOUT_S = 300  # as Hermes Agent's default: the model cannot choose it (there is no timeout argument)
 
 
 @tool("code_execution")
-def execute_code(ctx: ToolContext, code: str, timeout: int | None = None) -> dict[str, Any]:
+def execute_code(ctx: ToolContext, code: str) -> dict[str, Any]:
     """Run a Python 3 program in the task's sandbox, from the task's working directory, and return
     its stdout, stderr and exit code separately. Every call is a fresh interpreter: variables and
     imports do not persist between calls, but files the program writes do. Modules in the working
-    directory can be imported. Print whatever you need to see.
+    directory can be imported. Print whatever you need to see. A program running longer than five
+    minutes is killed.
 
     Args:
         code: The complete Python source to run.
-        timeout: Seconds before the program is killed (default 180, at most 3600).
     """
-    if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT_S:
-        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds")
     # Hidden files in the working directory itself: sys.path[0] is then that directory, so the
     # program imports the task's modules just like `python3 script.py` run there would.
     stem = f".hermes_exec_{secrets.token_hex(4)}"
@@ -31,7 +30,7 @@ def execute_code(ctx: ToolContext, code: str, timeout: int | None = None) -> dic
     try:
         ctx.sandbox.write_file(script, code.encode("utf-8"))
         try:
-            run = ctx.sandbox.exec(f"python3 {script} 2> {errors}", timeout=timeout)
+            run = ctx.sandbox.exec(f"python3 {script} 2> {errors}", timeout=TIMEOUT_S)
             try:
                 stderr, stderr_truncated = truncate_output(ctx.sandbox.read_file(errors), DEFAULT_OUTPUT_CAP_BYTES)
             except FileNotFoundError:

@@ -14,6 +14,7 @@ from hermes_core.sandbox import Sandbox
 from hermes_core.tools.backends import Service
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
+SIZES = {"landscape": "1536x1024", "square": "1024x1024", "portrait": "1024x1536"}  # per aspect_ratio
 TIMEOUT_S = 120.0
 _MIME = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif", b"RIFF": "image/webp"}
 
@@ -61,12 +62,17 @@ def analyze(service: Service, image_url: str, question: str) -> dict[str, Any]:
     return {"answer": answer, "model": reply.get("model") or service.model}
 
 
-def generate(service: Service, prompt: str, size: str) -> bytes:
-    """The generated image's bytes (asked for as base64; a URL answer is downloaded)."""
+def generate(service: Service, prompt: str, size: str, sources: list[str] | None = None) -> bytes:
+    """The generated image's bytes (asked for as base64; a URL answer is downloaded). With `sources`
+    (image URLs, the first one to edit, the others references) it is an edit: `/images/edits`,
+    the images given by URL in a JSON body."""
     if not re.fullmatch(r"\d{2,5}x\d{2,5}", size):
         raise ImageError(f"size {size!r}: expected WIDTHxHEIGHT, e.g. 1024x1024")
-    reply = _post(service, "/images/generations", {"prompt": prompt, "size": size, "n": 1,
-                                                    "response_format": "b64_json"})
+    body: dict[str, Any] = {"prompt": prompt, "size": size, "n": 1, "response_format": "b64_json"}
+    if sources:
+        reply = _post(service, "/images/edits", {**body, "images": [{"image_url": url} for url in sources]})
+    else:
+        reply = _post(service, "/images/generations", body)
     try:
         item = reply["data"][0]
     except (KeyError, IndexError, TypeError):

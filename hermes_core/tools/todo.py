@@ -1,61 +1,94 @@
-"""Toolset "todo": the model's task list for the session."""
+"""Toolset "todo": the model's task list for the session, with Hermes Agent's interface: the model
+writes the list (whole, or merged by id) and every call returns all of it with per-status counts."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Annotated, Any
 
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 
-STATUSES = ("pending", "in_progress", "done")
+STATUSES = ("pending", "in_progress", "completed", "cancelled")
+MAX_CONTENT_CHARS = 4000  # a task is a short line; a huge one would only bloat every later result
+MAX_ITEMS = 256
+_CUT = "… [truncated]"
+
+TODO_ITEMS = {"type": "object", "properties": {
+    "id": {"type": "string", "description": "The task's identifier, chosen by you; unique in the list."},
+    "content": {"type": "string", "description": "What the task is."},
+    "status": {"type": "string", "enum": list(STATUSES), "description": "Where the task stands."},
+}, "required": ["id", "content", "status"]}
 
 
-def _find(items: list[dict[str, Any]], item_id: int | None, action: str) -> dict[str, Any]:
-    if item_id is None:
-        raise ToolError(f"item_id is required for {action}")
-    for item in items:
-        if item["id"] == item_id:
-            return item
-    known = ", ".join(str(item["id"]) for item in items) or "none"
-    raise ToolError(f"no task with item_id {item_id} (known: {known})")
+def _text(value: Any) -> str:
+    content = str(value).strip()
+    return content if len(content) <= MAX_CONTENT_CHARS else content[:MAX_CONTENT_CHARS - len(_CUT)] + _CUT
+
+
+def _status(value: Any) -> str | None:
+    status = str(value or "").strip().lower()
+    return status if status in STATUSES else None
+
+
+def _item(raw: Any) -> dict[str, str]:
+    """A complete {id, content, status}: missing or invalid fields get neutral values, not errors."""
+    if not isinstance(raw, dict):
+        return {"id": "?", "content": "(invalid item)", "status": "pending"}
+    return {"id": str(raw.get("id", "")).strip() or "?", "content": _text(raw.get("content", "")) or "(no description)",
+            "status": _status(raw.get("status", "pending")) or "pending"}
+
+
+def _last_per_id(todos: list[Any]) -> list[Any]:
+    """The list with repeated ids collapsed to their last occurrence (kept at that position)."""
+    last: dict[str, int] = {}
+    for index, raw in enumerate(todos):
+        key = (str(raw.get("id", "")).strip() or "?") if isinstance(raw, dict) else f"\0{index}"
+        last[key] = index
+    return [todos[index] for index in sorted(last.values())]
+
+
+def _merge(items: list[dict[str, str]], todos: list[Any]) -> list[dict[str, str]]:
+    """Update the tasks whose id is known (only the fields given), append the new ones."""
+    by_id = {item["id"]: item for item in items}
+    for raw in _last_per_id(todos):
+        item_id = str(raw.get("id", "")).strip() if isinstance(raw, dict) else ""
+        if not item_id:
+            continue  # nothing to merge on
+        if item_id in by_id:
+            if raw.get("content"):
+                by_id[item_id]["content"] = _text(raw["content"])
+            if _status(raw.get("status")):
+                by_id[item_id]["status"] = _status(raw["status"])  # type: ignore[assignment]
+        else:
+            by_id[item_id] = _item(raw)
+            items.append(by_id[item_id])
+    return items
 
 
 @tool("todo")
-def todo(ctx: ToolContext, action: Literal["add", "update", "remove", "list", "clear"], content: str | None = None,
-         item_id: int | None = None, status: Literal["pending", "in_progress", "done"] | None = None) -> dict[str, Any]:
-    """Plan and track multi-step work with a task list for this session. Add tasks, mark them
-    in_progress while working on them and done when finished, and list them to see what is left.
-    Every call returns the whole list; pass a task's id as item_id to update or remove it.
+def todo(ctx: ToolContext,
+         todos: Annotated[list[dict] | None, {"items": TODO_ITEMS}] = None,
+         merge: Annotated[bool, {"default": False}] = False) -> dict[str, Any]:
+    """Plan and track multi-step work with a task list kept for this session. Call it with todos to
+    write the list, without todos to read it; every call returns the whole list (in priority order)
+    and how many tasks are in each status. Keep one task in_progress at a time and mark tasks
+    completed as soon as they are done, or cancelled when they no longer apply.
 
     Args:
-        action: "add" a task, "update" a task's text or status, "remove" a task, "list" all tasks,
-            or "clear" the whole list.
-        content: The task description; required for add, optional for update.
-        item_id: The item_id of the task to update or remove.
-        status: The task's state: "pending", "in_progress" or "done" (add defaults to "pending").
+        todos: The tasks to write, each {id, content, status}. Leave it out to read the list.
+        merge: false (default): the given tasks become the whole list. true: tasks with a known id are
+            updated (only the fields given), tasks with a new id are appended, the others are kept.
     """
-    items: list[dict[str, Any]] = ctx.state.setdefault("todo", [])
-    if status is not None and status not in STATUSES:  # the registry does not enforce enums
-        raise ToolError(f"status must be one of {', '.join(STATUSES)}")
-    if action == "add":
-        if not (content and content.strip()):
-            raise ToolError("content is required for add")
-        next_id = max((item["id"] for item in items), default=0) + 1  # ids stay stable after removals
-        items.append({"id": next_id, "content": content.strip(), "status": status or "pending"})
-    elif action == "update":
-        item = _find(items, item_id, action)
-        if content is None and status is None:
-            raise ToolError("update needs a new content or status")
-        if content is not None:
-            if not content.strip():
-                raise ToolError("content must not be empty")
-            item["content"] = content.strip()
-        if status is not None:
-            item["status"] = status
-    elif action == "remove":
-        items.remove(_find(items, item_id, action))
-    elif action == "clear":
-        items.clear()
-    elif action != "list":
-        raise ToolError(f"unknown action {action!r}; use add, update, remove, list or clear")
-    counts = {state: sum(item["status"] == state for item in items) for state in STATUSES}
-    return {"todos": [dict(item) for item in items], "counts": counts}
+    items: list[dict[str, str]] = ctx.state.setdefault("todo", [])
+    if isinstance(todos, str):  # some models send the list as a JSON string
+        try:
+            todos = json.loads(todos)
+        except ValueError:
+            raise ToolError("todos must be a list of {id, content, status} objects; got a string that is not JSON") from None
+    if todos is not None:
+        if not isinstance(todos, list):
+            raise ToolError(f"todos must be a list of {{id, content, status}} objects, not {type(todos).__name__}")
+        items[:] = _merge(items, todos) if merge else [_item(raw) for raw in _last_per_id(todos)]
+        del items[MAX_ITEMS:]
+    summary = {"total": len(items), **{status: sum(item["status"] == status for item in items) for status in STATUSES}}
+    return {"todos": [dict(item) for item in items], "summary": summary}

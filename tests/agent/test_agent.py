@@ -98,7 +98,7 @@ def test_no_reasoning_is_recorded_as_none(sim_url):
 def test_hallucinated_tool_gets_an_error_reply_and_is_counted(sim_url):
     result = make_agent(sim_url).run_conversation("Run ls [sim:hallucinate]")
     replies = [m for m in result["messages"] if m["role"] == "tool"]
-    assert replies[0]["content"].startswith("Tool 'quantum_teleport' does not exist. Available: ")
+    assert replies[0]["content"].startswith("Tool 'quantum_teleport' does not exist. Available tools: ")
     assert "terminal" in replies[0]["content"]
     assert result["tool_stats"]["quantum_teleport"] == {"count": 1, "success": 0, "failure": 1}
     assert result["completed"]

@@ -3,6 +3,7 @@ CLI used, with every requested run executed as the daemon would (its job, partit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -243,6 +244,9 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
     monkeypatch.setenv("HERMES_SENSOR_INTERVAL_S", "900")
     defs = build_definitions()
     assert defs.resolve_sensor_def("t1__dataset_sensor").minimum_interval_seconds == 900
+    hourly = dataclasses.replace(recipe, refresh_interval_s=3600)  # per run, e.g. from the runs file
+    assert build_run_sensors(hourly, data_root())[0].minimum_interval_seconds == 3600
+    assert hourly.fingerprint() == recipe.fingerprint()  # scheduling changes no sample
     assert {plan_job_name("t1"), raw_job_name("t1"), finalize_job_name("t1")} <= {
         job.name for job in defs.resolve_all_job_defs()}
     monkeypatch.setenv("HERMES_SENSOR_INTERVAL_S", "soon")

@@ -106,7 +106,8 @@ def test_hf_dataset_and_parquet_load_with_the_declared_features(run_dir, tmp_pat
         assert row["toolset_seed"] == source["toolset_seed"]  # exact: a 63-bit int64
         assert {n: s for n, s in row["tool_stats"].items() if s["count"]} == \
             {n: s for n, s in source["tool_stats"].items() if s["count"]}
-        assert [t["name"] for t in json.loads(row["tools"])] == source["tools_offered"]
+        # The tools column is the system turn's list: sorted by name, as Hermes Agent writes it.
+        assert [t["name"] for t in json.loads(row["tools"])] == sorted(source["tools_offered"])
         assert row["tool_stats_other"] == []
     used = {name for row in saved for name, s in row["tool_stats"].items() if s["count"]}
     assert {"terminal", "write_file", "execute_code"} <= used
@@ -160,7 +161,7 @@ def test_recorded_messages_and_the_sharegpt_parse_agree_except_malformed_argumen
     for record in ledger:
         recorded = agent_to_messages(record["messages"])
         parsed, tools = sharegpt_to_messages(record["row"]["conversations"])
-        assert [t["function"]["name"] for t in tools] == record["row"]["tools_offered"]
+        assert [t["function"]["name"] for t in tools] == sorted(record["row"]["tools_offered"])  # system turn order
         for ours, theirs in zip(recorded, parsed, strict=True):
             for a, b in zip(ours["tool_calls"] or [], theirs["tool_calls"] or [], strict=True):
                 if a["function"]["arguments"] != b["function"]["arguments"]:
@@ -324,7 +325,8 @@ def test_sharegpt_to_messages_golden():
     and the Hermes system turn turned into the tools column."""
     messages, tools = sharegpt_to_messages(to_conversations(AGENT_MESSAGES, DEFINITIONS))
     assert messages == golden("{}")
-    assert tools == openai_tools(DEFINITIONS) == [{"type": "function", "function": d} for d in DEFINITIONS]
+    by_name = sorted(DEFINITIONS, key=lambda d: d["name"])  # the system turn lists tools sorted by name
+    assert tools == openai_tools(by_name) == [{"type": "function", "function": d} for d in by_name]
 
 
 def test_recorded_agent_messages_golden():

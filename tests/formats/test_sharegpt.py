@@ -13,6 +13,7 @@ from hermes_core.formats.sharegpt import (
     to_conversations,
     tool_stats,
 )
+from hermes_core.tools.registry import BLANK_TOOL_NAME_REPLY, unknown_tool_reply
 
 UNIVERSE = ["terminal", "process", "read_file", "write_file", "web_search"]
 
@@ -37,11 +38,13 @@ def reply(call_id: str, name: str, content: str) -> dict:
 
 
 def test_system_template_has_tools_schema_and_call_format() -> None:
+    """Laid out as Hermes Agent lays it out: tools sorted by name, each with `"required": null`;
+    the FunctionCall schema as a Python repr and the example as it writes it."""
     text = hermes_system_prompt([TERMINAL_DEF, READ_DEF])
     assert "function" in text.split("<tools>")[0] and "one or more" in text
     tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
-    assert json.loads(tools_block) == [TERMINAL_DEF, READ_DEF]
-    assert json.dumps(FUNCTION_CALL_SCHEMA) in text
+    assert json.loads(tools_block) == [{**READ_DEF, "required": None}, {**TERMINAL_DEF, "required": None}]
+    assert f"\n{FUNCTION_CALL_SCHEMA!r}\n" in text
     assert FUNCTION_CALL_SCHEMA == {
         "title": "FunctionCall",
         "type": "object",
@@ -51,7 +54,7 @@ def test_system_template_has_tools_schema_and_call_format() -> None:
         },
         "required": ["name", "arguments"],
     }
-    assert text.endswith('<tool_call>\n{"name": <function-name>, "arguments": <args-dict>}\n</tool_call>')
+    assert text.endswith("\n<tool_call>\n{'name': <function-name>,'arguments': <args-dict>}\n</tool_call>")
 
 
 def test_system_template_accepts_openai_wrapped_definitions() -> None:
@@ -89,7 +92,7 @@ def test_golden_full_conversation() -> None:
             '"content": {"output": "a.txt\\n", "exit_code": 0}}\n</tool_response>\n'
             '<tool_response>\n{"tool_call_id": "c2", "name": "read_file", "content": "hello world"}\n</tool_response>',
         },
-        {"from": "gpt", "value": "<think>\n\n</think>\na.txt says hello world."},
+        {"from": "gpt", "value": "<think>\n</think>\na.txt says hello world."},
     ]
     assert "EPHEMERAL" not in json.dumps(conversations)
 
@@ -103,17 +106,54 @@ def test_empty_think_block_and_calls_without_content() -> None:
     ]
     turns = to_conversations(messages, [])
     assert turns[2]["value"] == (
-        '<think>\n\n</think>\n<tool_call>\n{"name": "terminal", "arguments": {"command": "pwd"}}\n</tool_call>'
+        '<think>\n</think>\n<tool_call>\n{"name": "terminal", "arguments": {"command": "pwd"}}\n</tool_call>'
     )
-    assert turns[4] == {"from": "gpt", "value": "<think>\n\n</think>\n"}
+    assert turns[4] == {"from": "gpt", "value": "<think>\n</think>"}  # the whole value is stripped
 
 
-def test_reasoning_and_content_outer_whitespace_is_stripped() -> None:
+def test_reasoning_is_verbatim_and_only_the_value_is_stripped() -> None:
+    """As Hermes Agent's converter: non-blank reasoning goes in unchanged; the content is not
+    stripped (the agent loop strips it when it stores the message), the whole value is."""
     messages = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "\n\nAnswer.\n", "reasoning": "\nthink\n"},
+        {"role": "assistant", "content": "  Calling.  ", "reasoning": " r ",
+         "tool_calls": [call("a", "terminal", '{"command": "ls"}')]},
     ]
-    assert to_conversations(messages, [])[2]["value"] == "<think>\nthink\n</think>\nAnswer."
+    turns = to_conversations(messages, [])
+    assert turns[2]["value"] == "<think>\n\nthink\n\n</think>\n\n\nAnswer."
+    assert turns[3]["value"] == (
+        '<think>\n r \n</think>\n  Calling.  \n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+    )
+
+
+def test_scratchpad_left_in_content_becomes_a_think_block_in_place() -> None:
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<REASONING_SCRATCHPAD>plan</REASONING_SCRATCHPAD>\nDone."},
+        {"role": "assistant", "content": "<think>x</think> Hi", "reasoning": "r"},
+    ]
+    turns = to_conversations(messages, [])
+    assert turns[2]["value"] == "<think>plan</think>\nDone."  # a think block is there: no empty one added
+    assert turns[3]["value"] == "<think>\nr\n</think>\n<think>x</think> Hi"
+
+
+def test_tool_response_names_come_from_the_calls_by_position() -> None:
+    """The n-th reply is named after the n-th call (`unknown` past the last); tool messages that
+    answer no assistant message are not written."""
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "tool", "tool_call_id": "stray", "name": "terminal", "content": "orphan"},
+        {"role": "assistant", "content": "", "tool_calls": [call("a", "terminal", "{}")]},
+        reply("a", "misnamed", "one"),
+        reply("b", "extra", "two"),
+    ]
+    turns = to_conversations(messages, [])
+    assert [t["from"] for t in turns] == ["system", "human", "gpt", "tool"]
+    assert turns[3]["value"] == (
+        '<tool_response>\n{"tool_call_id": "a", "name": "terminal", "content": "one"}\n</tool_response>\n'
+        '<tool_response>\n{"tool_call_id": "b", "name": "unknown", "content": "two"}\n</tool_response>'
+    )
 
 
 @pytest.mark.parametrize("arguments", ["{not json", "[1, 2]", '"a string"', "42"])
@@ -176,7 +216,7 @@ def test_tool_stats_has_every_universe_tool_and_counts_hallucinated_names() -> N
             "tool_calls": [call("1", "terminal", '{"command": "ls"}'), call("2", "teleport", '{"to": "mars"}')],
         },
         reply("1", "terminal", '{"output": "", "exit_code": 0}'),
-        reply("2", "teleport", "Tool 'teleport' does not exist. Available: terminal"),
+        reply("2", "teleport", unknown_tool_reply("teleport", ["terminal"])),
     ]
     stats, errors = tool_stats(messages, UNIVERSE)
     assert list(stats) == UNIVERSE + ["teleport"]
@@ -200,6 +240,9 @@ def test_tool_stats_has_every_universe_tool_and_counts_hallucinated_names() -> N
         ("error: command not allowed", True),
         ("Error: something", True),
         ('{"output": "boom", "exit_code": 1}', False),  # non-zero exit codes are not failures
+        ('{"content": {"error": "denied"}}', True),  # a nested error fails, as Hermes Agent counts it
+        ('{"content": {"error": null, "output": "ok"}}', False),
+        ('{"content": "error: in a string is data"}', False),
         ("plain output mentioning an error: inside", False),
         ("[1, 2]", False),
     ],
@@ -248,3 +291,17 @@ def test_reasoning_coverage() -> None:
     ]
     assert reasoning_coverage(messages) == (4, 1)
     assert reasoning_coverage([{"role": "user", "content": "q"}]) == (0, 0)
+
+
+def test_unknown_tool_reply_lists_the_offered_tools_sorted_and_counts_as_failure() -> None:
+    """Hermes Agent's structure; a failure by SPEC §4/§8.1 (Hermes Agent counts it a success)."""
+    assert unknown_tool_reply("teleport", ["write_file", "patch", "read_file"]) == (
+        "Tool 'teleport' does not exist. Available tools: patch, read_file, write_file"
+    )
+    assert unknown_tool_reply("  ", ["terminal"]) == BLANK_TOOL_NAME_REPLY  # no catalogue for a blank name
+    for name in ("teleport", " "):
+        messages = [
+            {"role": "assistant", "content": "", "tool_calls": [call("1", name, "{}")]},
+            reply("1", name, unknown_tool_reply(name, ["terminal"])),
+        ]
+        assert tool_stats(messages, UNIVERSE)[0][name] == {"count": 1, "success": 0, "failure": 1}

@@ -14,14 +14,17 @@ from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import TOOLSET_ORDER, ToolContext, registry, result_failed
+from hermes_core.tools import code as code_tool
 from hermes_core.tools.backends import BackendError, Service, ToolBackends
 
 NETWORKED = {
     "web": ["web_search", "web_extract"],
     "vision": ["vision_analyze"],
     "image_gen": ["image_generate"],
+    # web_search too, as in Hermes Agent (offered when a web backend is configured).
     "browser": ["browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll",
-                "browser_back", "browser_press", "browser_get_images", "browser_vision", "browser_console"],
+                "browser_back", "browser_press", "browser_get_images", "browser_vision", "browser_console",
+                "web_search"],
 }
 
 
@@ -76,32 +79,16 @@ def test_terminal_truncates_long_output(ctx: ToolContext) -> None:
     assert result["output"].startswith("1\n2\n") and result["output"].endswith("200000\n")
 
 
-def test_background_process_lifecycle(ctx: ToolContext) -> None:
-    started = call(ctx, "terminal", command="echo serving; sleep 100", background=True)
-    assert started == {"process_id": 1, "status": "started"}
-    deadline = time.monotonic() + 10
-    while "serving" not in (polled := call(ctx, "process", action="poll", process_id=1))["output"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    assert polled["status"] == "running" and polled["exit_code"] is None
-    listed = call(ctx, "process", action="list")["processes"]
-    assert listed == [{"process_id": 1, "command": "echo serving; sleep 100", "status": "running", "exit_code": None}]
-    killed = call(ctx, "process", action="kill", process_id=1)
-    assert killed["status"] == "exited" and killed["exit_code"] == 143
-    assert "process_id is required" in error_of(ctx, "process", action="poll")
-    assert "no background process 7" in error_of(ctx, "process", action="kill", process_id=7)
-
-
 # --- files ----------------------------------------------------------------------------------------
 
 
 def test_write_then_read(ctx: ToolContext) -> None:
     written = call(ctx, "write_file", path="pkg/data.txt", content="one\ntwo\nthree\nfour\n")
-    assert written == {"path": str(Path(ctx.sandbox.cwd) / "pkg" / "data.txt"), "bytes_written": 19}
+    assert written["resolved_path"] == str(Path(ctx.sandbox.cwd) / "pkg" / "data.txt") and written["bytes_written"] == 19
     full = call(ctx, "read_file", path="pkg/data.txt")
-    assert full["content"] == "one\ntwo\nthree\nfour\n" and full["total_lines"] == 4 and "next_offset" not in full
-    page = call(ctx, "read_file", path=written["path"], offset=1, limit=2)
-    assert page["content"] == "two\nthree\n" and page["total_lines"] == 4 and page["next_offset"] == 3
+    assert full["content"] == "1|one\n2|two\n3|three\n4|four" and full["total_lines"] == 4 and not full["truncated"]
+    page = call(ctx, "read_file", path=written["resolved_path"], offset=2, limit=2)
+    assert page["content"] == "2|two\n3|three" and page["total_lines"] == 4 and "offset=4" in page["hint"]
     assert "past the end" in error_of(ctx, "read_file", path="pkg/data.txt", offset=10)
     assert call(ctx, "terminal", command="cat pkg/data.txt")["output"] == "one\ntwo\nthree\nfour\n"
 
@@ -124,35 +111,10 @@ def test_patch(ctx: ToolContext) -> None:
     call(ctx, "write_file", path="app.py", content="x = 1\ny = 1\nprint(x)\n")
     assert call(ctx, "patch", path="app.py", old_string="print(x)", new_string="print(x + y)")["replacements"] == 1
     assert "2 times" in error_of(ctx, "patch", path="app.py", old_string="= 1", new_string="= 2")
-    assert "not found" in error_of(ctx, "patch", path="app.py", old_string="z = 3", new_string="z = 4")
+    assert "Could not find" in error_of(ctx, "patch", path="app.py", old_string="z = 3", new_string="z = 4")
     assert call(ctx, "patch", path="app.py", old_string="= 1", new_string="= 2", replace_all=True)["replacements"] == 2
-    assert call(ctx, "read_file", path="app.py")["content"] == "x = 2\ny = 2\nprint(x + y)\n"
+    assert call(ctx, "read_file", path="app.py")["content"] == "1|x = 2\n2|y = 2\n3|print(x + y)"
     assert call(ctx, "terminal", command="python3 app.py")["output"] == "4\n"
-
-
-def test_search_content_and_filenames(ctx: ToolContext) -> None:
-    call(ctx, "write_file", path="src/main.py", content="def main():\n    return helper()\n")
-    call(ctx, "write_file", path="src/util.py", content="def helper():\n    return 42\n")
-    call(ctx, "write_file", path="notes.md", content="call helper() first\n")
-    found = call(ctx, "search_files", pattern=r"def \w+\(")
-    assert sorted((m["path"], m["line"], m["text"]) for m in found["matches"]) == [
-        ("./src/main.py", 1, "def main():"), ("./src/util.py", 1, "def helper():")]
-    only_md = call(ctx, "search_files", pattern="helper", glob="*.md")
-    assert only_md["matches"] == [{"path": "./notes.md", "line": 1, "text": "call helper() first"}]
-    in_folder = call(ctx, "search_files", pattern="return", path="src/util.py")
-    assert in_folder["matches"] == [{"path": "src/util.py", "line": 2, "text": "    return 42"}]
-    assert call(ctx, "search_files", pattern="no such text anywhere") == {"matches": [], "count": 0}
-    files = call(ctx, "search_files", pattern="*.py", target="filename")
-    assert files == {"files": ["./src/main.py", "./src/util.py"], "count": 2}
-    assert call(ctx, "search_files", pattern="util", target="filename")["files"] == ["./src/util.py"]
-    assert "search failed" in error_of(ctx, "search_files", pattern="(unclosed")
-    assert "search failed" in error_of(ctx, "search_files", pattern="x", path="missing-dir")
-
-
-def test_search_results_are_capped(ctx: ToolContext) -> None:
-    call(ctx, "write_file", path="many.txt", content="match\n" * 500)
-    result = call(ctx, "search_files", pattern="match")
-    assert result["count"] == 100 and len(result["matches"]) == 100 and result["truncated"] is True
 
 
 # --- code execution -------------------------------------------------------------------------------
@@ -169,14 +131,17 @@ def test_execute_code_imports_from_cwd_and_keeps_files(ctx: ToolContext) -> None
     call(ctx, "write_file", path="helpers.py", content="def answer():\n    return 42\n")
     result = call(ctx, "execute_code", code="import helpers\nopen('out.txt', 'w').write(str(helpers.answer()))")
     assert result["exit_code"] == 0 and result["stderr"] == ""
-    assert call(ctx, "read_file", path="out.txt")["content"] == "42"
+    assert ctx.sandbox.read_file("out.txt") == b"42"
     crashed = call(ctx, "execute_code", code="raise ValueError('boom')")
     assert crashed["exit_code"] == 1 and "ValueError: boom" in crashed["stderr"]
 
 
-def test_execute_code_timeout(ctx: ToolContext) -> None:
+def test_execute_code_timeout(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model cannot choose the timeout (there is no such argument); the tool's own one applies."""
+    monkeypatch.setattr(code_tool, "TIMEOUT_S", 1)
+    assert "unknown argument(s) ['timeout']" in error_of(ctx, "execute_code", code="print(1)", timeout=5)
     started = time.monotonic()
-    result = call(ctx, "execute_code", code="import time\nprint('start')\ntime.sleep(100)", timeout=1)
+    result = call(ctx, "execute_code", code="import time\nprint('start')\ntime.sleep(100)")
     assert time.monotonic() - started < 4
     assert result["timed_out"] is True and result["exit_code"] is None and result["stdout"] == "start\n"
 
@@ -184,39 +149,74 @@ def test_execute_code_timeout(ctx: ToolContext) -> None:
 # --- memory and todo ------------------------------------------------------------------------------
 
 
-def test_memory_flow(ctx: ToolContext) -> None:
-    assert call(ctx, "memory", action="read") == {"notes": [], "count": 0}
-    call(ctx, "memory", action="add", content="tests live in tests/")
-    call(ctx, "memory", action="add", content="the bug is in parser.py")
-    replaced = call(ctx, "memory", action="replace", old_content="parser.py", content="the bug is in lexer.py")
-    assert replaced["notes"] == ["tests live in tests/", "the bug is in lexer.py"]
-    assert call(ctx, "memory", action="remove", old_content="tests live")["notes"] == ["the bug is in lexer.py"]
-    assert ctx.state["memory"] == ["the bug is in lexer.py"]
-    assert "content is required" in error_of(ctx, "memory", action="add")
-    assert "old_content is required" in error_of(ctx, "memory", action="remove")
-    assert "no note contains" in error_of(ctx, "memory", action="remove", old_content="nothing like this")
-    call(ctx, "memory", action="add", content="the bug is also in lexer tests")
-    assert "2 notes contain" in error_of(ctx, "memory", action="remove", old_content="the bug")
+def test_memory_keeps_its_two_targets_apart(ctx: ToolContext) -> None:
+    added = call(ctx, "memory", action="add", target="memory", content="tests live in tests/")
+    assert added["success"] is True and added["target"] == "memory" and added["entry_count"] == 1
+    assert added["usage"] == "0% — 20/2,200 chars" and "current_entries" not in added  # a write lists nothing
+    call(ctx, "memory", action="add", target="memory", content="the bug is in parser.py")
+    about_user = call(ctx, "memory", action="add", target="user", content="prefers short answers")
+    assert about_user["target"] == "user" and about_user["entry_count"] == 1 and about_user["usage"].endswith("/1,375 chars")
+    assert call(ctx, "memory", action="add", target="memory", content="tests live in tests/")["entry_count"] == 2
+    call(ctx, "memory", action="replace", target="memory", old_text="parser.py", content="the bug is in lexer.py")
+    call(ctx, "memory", action="remove", target="memory", old_text="tests live")
+    assert ctx.state["memory"] == {"memory": ["the bug is in lexer.py"], "user": ["prefers short answers"]}
+    # The user store has no such entry: the other store is not searched.
+    missed = call(ctx, "memory", action="remove", target="user", old_text="lexer")
+    assert missed["success"] is False and "no entry contains 'lexer'" in missed["error"]
+    assert missed["current_entries"] == ["prefers short answers"]
+    assert "missing required argument(s) ['target']" in error_of(ctx, "memory", action="add", content="x")
+    assert "target must be 'memory' or 'user'" in error_of(ctx, "memory", action="add", target="notes", content="x")
 
 
-def test_todo_flow(ctx: ToolContext) -> None:
-    assert call(ctx, "todo", action="list")["todos"] == []
-    call(ctx, "todo", action="add", content="reproduce the bug")
-    added = call(ctx, "todo", action="add", content="write a fix", status="in_progress")
-    assert added["todos"] == [
-        {"id": 1, "content": "reproduce the bug", "status": "pending"},
-        {"id": 2, "content": "write a fix", "status": "in_progress"},
-    ]
-    updated = call(ctx, "todo", action="update", item_id=1, status="done")
-    assert updated["todos"][0]["status"] == "done"
-    assert updated["counts"] == {"pending": 0, "in_progress": 1, "done": 1}
-    removed = call(ctx, "todo", action="remove", item_id=1)
-    assert [item["id"] for item in removed["todos"]] == [2]
-    assert call(ctx, "todo", action="add", content="run tests")["todos"][-1]["id"] == 3  # ids are not reused
-    assert "no task with item_id 9" in error_of(ctx, "todo", action="update", item_id=9, status="done")
-    assert "item_id is required" in error_of(ctx, "todo", action="remove")
-    assert "status must be one of" in error_of(ctx, "todo", action="update", item_id=2, status="finished")
-    assert call(ctx, "todo", action="clear")["todos"] == [] and ctx.state["todo"] == []
+def test_memory_refusals_change_nothing(ctx: ToolContext) -> None:
+    def refused(**arguments: Any) -> str:
+        text = registry.call("memory", {"target": "memory", **arguments}, ctx)
+        assert result_failed(text), text
+        return json.loads(text)["error"]
+
+    assert "content is required for add" in refused(action="add")
+    assert "old_text is required for remove" in refused(action="remove")
+    call(ctx, "memory", action="add", target="memory", content="the bug is in lexer.py")
+    call(ctx, "memory", action="add", target="memory", content="the bug is also in lexer tests")
+    assert "2 different entries contain 'the bug'" in refused(action="remove", old_text="the bug")
+    assert "more than its 2,200" in refused(action="add", content="x" * 2200)
+    # Operations: all or none, the budget checked once at the end.
+    assert "operation 2: no entry contains 'nothing'" in refused(operations=[
+        {"action": "add", "content": "kept? no"}, {"action": "remove", "old_text": "nothing"}])
+    assert ctx.state["memory"]["memory"] == ["the bug is in lexer.py", "the bug is also in lexer tests"]
+    done = call(ctx, "memory", target="memory", operations=[
+        {"action": "remove", "old_text": "also"}, {"action": "replace", "old_text": "lexer.py", "content": "y" * 2000},
+        {"action": "add", "content": "z" * 150}])
+    assert done["success"] is True and done["entry_count"] == 2
+
+
+def test_todo_writes_replace_or_merge_the_list(ctx: ToolContext) -> None:
+    assert call(ctx, "todo") == {"todos": [], "summary": {"total": 0, "pending": 0, "in_progress": 0,
+                                                          "completed": 0, "cancelled": 0}}
+    plan = [{"id": "1", "content": "reproduce the bug", "status": "in_progress"},
+            {"id": "2", "content": "write a fix", "status": "pending"},
+            {"id": "3", "content": "run tests", "status": "pending"}]
+    assert call(ctx, "todo", todos=plan)["todos"] == plan
+    # merge=true: known ids get the fields given, new ids are appended, the others stay as they were.
+    merged = call(ctx, "todo", todos=[{"id": "1", "status": "completed"}, {"id": "2", "content": "write the fix",
+                                                                           "status": "in_progress"},
+                                      {"id": "4", "content": "open a PR", "status": "pending"}], merge=True)
+    assert merged["todos"] == [{"id": "1", "content": "reproduce the bug", "status": "completed"},
+                               {"id": "2", "content": "write the fix", "status": "in_progress"},
+                               {"id": "3", "content": "run tests", "status": "pending"},
+                               {"id": "4", "content": "open a PR", "status": "pending"}]
+    assert merged["summary"] == {"total": 4, "pending": 2, "in_progress": 1, "completed": 1, "cancelled": 0}
+    assert call(ctx, "todo")["todos"] == merged["todos"]  # no todos: a read
+    # merge=false (the default): the given list is the whole list; an unknown status becomes pending.
+    replaced = call(ctx, "todo", todos=[{"id": "9", "content": "start over", "status": "finished"},
+                                        {"id": "8", "content": "drop it", "status": "cancelled"}])
+    assert replaced["todos"] == [{"id": "9", "content": "start over", "status": "pending"},
+                                 {"id": "8", "content": "drop it", "status": "cancelled"}]
+    assert replaced["summary"]["total"] == 2 and replaced["summary"]["cancelled"] == 1
+    assert call(ctx, "todo", todos=json.dumps([{"id": "a", "content": "as a string", "status": "pending"}]))[
+        "todos"] == [{"id": "a", "content": "as a string", "status": "pending"}]
+    assert "todos must be a list" in error_of(ctx, "todo", todos={"id": "1"})
+    assert call(ctx, "todo", todos=[])["todos"] == [] and ctx.state["todo"] == []
 
 
 # --- registry, schemas and networked tools --------------------------------------------------------
@@ -249,6 +249,11 @@ def test_networked_tools_are_offered_only_with_their_backend(ctx: ToolContext) -
     # browser_vision also needs the vision backend.
     assert offered == {"web_search", "web_extract", "image_generate"} | set(NETWORKED["browser"]) - {"browser_vision"}
     assert "HERMES_WEB_SEARCH_URL" in error_of(ctx, "web_search", query="hermes")
+    browser_only = ToolBackends(browser_executable="/usr/bin/chromium")
+    offered = [tool.name for tool in registry.available(["web", "browser"], browser_only)]
+    assert "web_search" not in offered and "browser_navigate" in offered
+    with_web = [tool.name for tool in registry.available(["web", "browser"], configured)]
+    assert with_web.count("web_search") == 1  # a tool of two toolsets is offered once
 
 
 def test_tool_backend_settings_are_checked() -> None:
@@ -274,18 +279,20 @@ def test_derived_schemas() -> None:
     assert terminal["properties"]["command"]["description"].startswith("The shell command line")
     # The documented default timeout is the sandbox's real one.
     assert f"default {int(DEFAULT_COMMAND_TIMEOUT_S)}" in terminal["properties"]["timeout"]["description"]
-    assert registry.get("process").parameters["properties"]["action"]["enum"] == ["list", "poll", "kill"]
+    assert registry.get("process").parameters["properties"]["action"]["enum"] == [
+        "list", "poll", "log", "wait", "kill", "write", "submit", "close"]
     search = registry.get("search_files").parameters
-    assert search["required"] == ["pattern"] and search["properties"]["target"]["enum"] == ["content", "filename"]
-    assert registry.get("patch").parameters["required"] == ["path", "old_string", "new_string"]
-    todo = registry.get("todo").parameters["properties"]
-    assert todo["action"]["enum"] == ["add", "update", "remove", "list", "clear"]
-    assert todo["status"]["enum"] == ["pending", "in_progress", "done"]
-    assert registry.get("memory").parameters["properties"]["action"]["enum"] == ["add", "replace", "remove", "read"]
-    assert registry.get("web_extract").parameters["properties"]["urls"] == {
-        "type": "array", "items": {"type": "string"}, "description": "The http(s) URLs of the pages to read."}
+    assert search["required"] == ["pattern"] and search["properties"]["target"]["enum"] == ["content", "files"]
+    assert registry.get("patch").parameters["required"] == ["mode"]
+    todo = registry.get("todo").parameters
+    assert "required" not in todo and todo["properties"]["merge"]["default"] is False
+    assert todo["properties"]["todos"]["items"]["properties"]["status"]["enum"] == [
+        "pending", "in_progress", "completed", "cancelled"]
+    memory = registry.get("memory").parameters
+    assert memory["required"] == ["target"] and memory["properties"]["action"]["enum"] == ["add", "replace", "remove"]
+    assert registry.get("web_extract").parameters["properties"]["urls"]["maxItems"] == 5
     assert registry.get("browser_scroll").parameters["properties"]["direction"]["enum"] == ["up", "down"]
-    assert registry.get("browser_snapshot").parameters == {"type": "object", "properties": {}, "required": []}
+    assert registry.get("browser_back").parameters == {"type": "object", "properties": {}}  # no `required`
     for name in registry.universe:
         definition = registry.get(name).definition()
         assert definition["description"] and "Args:" not in definition["description"]

@@ -169,8 +169,11 @@ def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = 
         return {"pattern": quoted or ("hermes" if variant else "hello")}
     if name == "web_search":
         return {"query": phrase}
-    if name in ("memory", "todo"):
-        return {"action": "add", "content": f"{'Follow up on' if variant else 'User asked'}: {phrase}"}
+    if name == "memory":
+        return {"action": "add", "target": "memory", "content": f"{'Follow up on' if variant else 'User asked'}: {phrase}"}
+    if name == "todo":
+        return {"todos": [{"id": "2" if variant else "1", "content": f"{'Follow up on' if variant else 'Do'}: {phrase}",
+                           "status": "in_progress"}], "merge": True}
     if name == "web_extract":
         return {"urls": [_url(prompt) or _url(earlier) or "https://example.com"]}
     if name == "browser_navigate":
@@ -180,10 +183,10 @@ def _tool_arguments(name: str, prompt: str, variant: int, command: str | None = 
         ref = re.search(rf'- (?:{roles})[^\[]*\[(@e\d+)\]', earlier)
         return {"ref": ref.group(1) if ref else "@e1", **({"text": quoted or "Ada"} if name == "browser_type" else {})}
     if name == "image_generate":
-        return {"prompt": quoted or phrase, "size": "256x256"}
+        return {"prompt": quoted or phrase, "aspect_ratio": "square"}
     if name == "vision_analyze":
         path = re.search(r'"path": "([^"]+\.(?:png|jpe?g|gif|webp))"', earlier)
-        return {"image": path.group(1) if path else _url(prompt) or "https://example.com/image.png",
+        return {"image_url": path.group(1) if path else _url(prompt) or "https://example.com/image.png",
                 "question": "Describe this image."}
     return {}
 

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from hermes_core.endpoints.simulated.media import image_generation, vision_reply
 OWNER = "hermes-foundry-simulated"
 FINGERPRINT = "hermes-sim-simulated"
 _MAX_TRACKED = 100_000  # attempt counters kept (LRU), so a long-running server stays bounded
+RECENT_BODIES = 512  # request bodies kept for tests (RequestLog.recent)
 _ERROR_TYPES = {
     400: ("invalid_request_error", "invalid_request"),
     401: ("authentication_error", "invalid_api_key"),
@@ -123,15 +124,25 @@ class RequestLog:
         self.sample_starts: Counter[str] = Counter()
         self.arrivals: list[float] = []  # epoch seconds of each request, in arrival order
         self.in_flight = self.max_in_flight = 0  # chat completions being answered now / at most at once
+        # The last bodies received, without their tool schemas (large, and asserted elsewhere), so tests can
+        # assert what a run sent (reasoning, provider routing, prefill); bounded for long-running servers.
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_BODIES)
 
     def note(self, body: dict[str, Any]) -> None:
         self.requests += 1
         self.arrivals.append(time.time())
+        self.recent.append({key: value for key, value in body.items() if key != "tools"})
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         roles = [m.get("role") for m in messages if isinstance(m, dict)]
         if "assistant" not in roles and "user" in roles:
             first_user = next(m for m in messages if isinstance(m, dict) and m.get("role") == "user")
             self.sample_starts[str(first_user.get("content"))] += 1
+
+    def bodies_mentioning(self, text: str) -> list[dict[str, Any]]:
+        """The recent request bodies (tools left out) with a user message containing `text`, oldest first."""
+        return [body for body in list(self.recent)
+                if any(isinstance(m, dict) and m.get("role") == "user" and text in str(m.get("content"))
+                       for m in body.get("messages") or ())]
 
     def as_json(self, since: float = 0.0) -> dict[str, Any]:
         """Counts, and when the first request at or after `since` (epoch seconds) and the last one arrived."""

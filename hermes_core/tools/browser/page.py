@@ -19,6 +19,21 @@ INTERACTIVE = {"link", "button", "textbox", "searchbox", "checkbox", "radio", "c
 SKIPPED = {"none", "generic", "InlineTextBox", "LineBreak", "presentation"}
 BLOCKED_NOTE = ("The browser refused these connections (private, loopback or link-local addresses are not "
                 "reachable); nothing was loaded from them.")
+# Draws "[N]" over an element (this) in the viewport; false when the element is not displayed.
+LABEL_FUNCTION = """function(label) {
+  if (!this.getBoundingClientRect) return false;
+  const box = this.getBoundingClientRect();
+  if (!box.width && !box.height) return false;
+  const tag = document.createElement('div');
+  tag.setAttribute('data-hermes-label', '');
+  tag.textContent = label;
+  tag.style.cssText = 'position:fixed;z-index:2147483647;pointer-events:none;background:#ffd400;color:#000;'
+    + 'font:bold 12px monospace;padding:0 2px;border:1px solid #000;left:' + Math.max(0, box.left) + 'px;top:'
+    + Math.max(0, box.top) + 'px';
+  document.documentElement.appendChild(tag);
+  return true;
+}"""
+REMOVE_LABELS = "document.querySelectorAll('[data-hermes-label]').forEach(tag => tag.remove())"
 KEYS = {"Enter": 13, "Tab": 9, "Escape": 27, "Backspace": 8, "ArrowDown": 40, "ArrowUp": 38, "ArrowLeft": 37,
         "ArrowRight": 39, "PageDown": 34, "PageUp": 33, "Home": 36, "End": 35, "Space": 32}
 
@@ -108,8 +123,29 @@ class Page:
 
         return self._act(go)
 
-    def snapshot(self) -> dict[str, Any]:
-        return self.browser.run(self._snapshot())
+    def snapshot(self, full: bool = False) -> dict[str, Any]:
+        """The compact snapshot, or with `full` also the structural elements it leaves out."""
+        return self.browser.run(self._snapshot(full))
+
+    def evaluate(self, expression: str) -> dict[str, Any]:
+        """The value of a JavaScript expression in the page, as JSON (a JSON string is parsed),
+        awaited when it is a promise; a thrown exception is a BrowserError."""
+        reply = self.browser.run(self._send("Runtime.evaluate", {
+            "expression": expression, "returnByValue": True, "awaitPromise": True, "userGesture": True}))
+        if reply.get("exceptionDetails"):
+            details = reply["exceptionDetails"]
+            raise BrowserError(f"the expression threw: {(details.get('exception') or {}).get('description') or details.get('text')}")
+        result = reply.get("result") or {}
+        value = result.get("value", result.get("unserializableValue", result.get("description")))
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass  # a plain string
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        if len(text) > self.max_chars:  # bounded like every other page text
+            return {"result": text[:self.max_chars], "result_type": "str", "truncated": True}
+        return {"result": value, "result_type": type(value).__name__}
 
     def click(self, ref: str) -> dict[str, Any]:
         async def click() -> None:
@@ -163,10 +199,31 @@ class Page:
         reply = self.browser.run(self._send("Runtime.evaluate", {"expression": script, "returnByValue": True}))
         return json.loads(reply["result"]["value"])[:100]
 
-    def screenshot(self) -> str:
-        """A PNG of the viewport, as a data URL."""
-        data = self.browser.run(self._send("Page.captureScreenshot", {"format": "png"}))["data"]
-        return f"data:image/png;base64,{data}"
+    def screenshot(self, annotate: bool = False) -> tuple[str, list[dict[str, str]]]:
+        """A PNG of the viewport, as a data URL, and the labels drawn on it: with `annotate`, each
+        visible element of a fresh snapshot carries "[N]" for its ref "@eN" (removed afterwards)."""
+        async def shoot() -> tuple[str, list[dict[str, str]]]:
+            labels: list[dict[str, str]] = []
+            if annotate:
+                await self._snapshot()
+                for ref, node in self.refs.items():
+                    try:
+                        target = (await self._send("DOM.resolveNode", {"backendNodeId": node}))["object"]["objectId"]
+                        drawn = await self._send("Runtime.callFunctionOn", {
+                            "objectId": target, "functionDeclaration": LABEL_FUNCTION, "returnByValue": True,
+                            "arguments": [{"value": f"[{ref[2:]}]"}]})
+                    except BrowserError:
+                        continue  # gone since the snapshot: nothing to label
+                    if (drawn.get("result") or {}).get("value"):
+                        labels.append({"label": f"[{ref[2:]}]", "ref": ref})
+            try:
+                data = (await self._send("Page.captureScreenshot", {"format": "png"}))["data"]
+            finally:
+                if annotate:
+                    await self._send("Runtime.evaluate", {"expression": REMOVE_LABELS})
+            return f"data:image/png;base64,{data}", labels
+
+        return self.browser.run(shoot())
 
     def close(self) -> None:
         self.browser.forget(self.session)
@@ -193,7 +250,7 @@ class Page:
             raise BrowserError(f"element {ref} is gone from the page; take a new snapshot") from None
         await self._send("Runtime.callFunctionOn", {"objectId": target, "functionDeclaration": function})
 
-    async def _snapshot(self) -> dict[str, Any]:
+    async def _snapshot(self, full: bool = False) -> dict[str, Any]:
         tree = (await self._send("Accessibility.getFullAXTree"))["nodes"]
         info = (await self._send("Runtime.evaluate", {"expression": "JSON.stringify([location.href, document.title])",
                                                       "returnByValue": True}))["result"]["value"]
@@ -209,7 +266,10 @@ class Page:
             role = (node.get("role") or {}).get("value", "")
             name = str((node.get("name") or {}).get("value", "")).strip()
             repeated = role == "StaticText" and name == parent_name  # a link's or heading's own text
-            shown = not node.get("ignored") and role not in SKIPPED and (name or role in INTERACTIVE) and not repeated
+            if full:  # structural elements too, nameless ones included; InlineTextBox only repeats its text
+                shown = not node.get("ignored") and role != "InlineTextBox" and not repeated
+            else:
+                shown = not node.get("ignored") and role not in SKIPPED and (name or role in INTERACTIVE) and not repeated
             if shown and not (role in ("StaticText", "RootWebArea") and not name):
                 line = f"{'  ' * depth}- {role}" + (f' "{name[:200]}"' if name and role != "StaticText" else "")
                 if role == "StaticText":
