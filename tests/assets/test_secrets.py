@@ -6,19 +6,13 @@ included), while the runs authenticate against an endpoint that checks the key."
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import sqlite3
-import subprocess
-import time
 import uuid
 import zlib
 from pathlib import Path
 from typing import Iterator
 
 import dagster as dg
-import httpx
 import pytest
 from starlette.responses import JSONResponse
 
@@ -29,17 +23,8 @@ from hermes_core.asgi_thread import ThreadedServer, uvicorn_config
 from hermes_core.config import data_root
 from hermes_core.endpoints.simulated.server import RequestLog, create_app
 from batch_runs import write_dataset
-from dagster_runs import DAGSTER, ROOT, story, wait_for
-from procs import free_port, wait_until
-
-LOCATION = "hermes_assets.definitions"  # the python_module of workspace.yaml
-LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
-  __typename
-  ... on LaunchRunSuccess { run { runId } }
-  ... on RunConfigValidationInvalid { errors { message reason } }
-  ... on PythonError { message }
-  ... on Error { message } } }"""
-
+from dagster_runs import story, wait_for
+from dagster_ui import dagster_dev, launch_job, location
 
 class KeyedEndpoint:
     """The simulated model behind a check of `Authorization: Bearer <key>`; refusals are counted apart."""
@@ -125,30 +110,6 @@ def test_a_literal_key_is_refused_and_an_env_var_is_read_at_run_time(monkeypatch
     assert "sk-not" not in str(refused.value)  # a key typed in the wrong field is not echoed
 
 
-def _graphql(port: int, query: str, variables: dict) -> dict:
-    reply = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query, "variables": variables}, timeout=60)
-    reply.raise_for_status()
-    return reply.json()
-
-
-def _launch(port: int, job: str, tags: dict[str, str], run_config: dict | None = None) -> dict:
-    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
-              "runConfigData": run_config or {},
-              "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]}}
-    return _graphql(port, LAUNCH, {"params": params})["data"]["launchRun"]
-
-
-def _location(port: int) -> dict | None:
-    """The code location's entry as the webserver shows it (None while the webserver is starting)."""
-    try:
-        reply = _graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { name "
-                               "locationOrLoadError { __typename ... on PythonError { message } } } } } }", {})
-    except httpx.HTTPError:
-        return None
-    entries = reply["data"]["workspaceOrError"].get("locationEntries") or []
-    return next((e["locationOrLoadError"] for e in entries if e["name"] == LOCATION), None)
-
-
 def test_a_ui_launch_reads_the_key_from_the_environment_and_stores_it_nowhere(isolated_homes, keyed, secret):
     home = isolated_homes / "dagster_home"
     data_root().mkdir(parents=True)
@@ -157,17 +118,11 @@ def test_a_ui_launch_reads_the_key_from_the_environment_and_stores_it_nowhere(is
                        "--distribution=terminal_only", "--batch_size=3", "--plan_only"]) == 0
     [batch] = [b["key"] for b in json.loads((data_root() / "sec" / "batches.json").read_text())["batches"]]
 
-    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    port = free_port()
-    dev = subprocess.Popen(  # `make dev`: webserver + daemon; the key only in their (the code location's) environment
-        [DAGSTER, "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env={**os.environ, "DAGSTER_HOME": str(home), "HERMES_API_KEY": secret}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=(isolated_homes / "dagster_dev.log").open("wb"))
     typed = f"sk-typed-{uuid.uuid4().hex}"
-    try:
-        assert wait_until(lambda: _location(port) is not None, 120), "dagster dev did not start"
-        assert _location(port)["__typename"] == "RepositoryLocation", _location(port)
-        launched = _launch(port, raw_job_name("sec"), {"dagster/partition": batch})
+    # `make dev`: webserver + daemon; the key only in their (the code location's) environment
+    with dagster_dev(home, isolated_homes / "dagster_dev.log", {"HERMES_API_KEY": secret}) as port:
+        assert location(port)["__typename"] == "RepositoryLocation", location(port)
+        launched = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch})
         assert launched["__typename"] == "LaunchRunSuccess", launched
         run = wait_for(launched["run"]["runId"], timeout=180)
         assert run.status == dg.DagsterRunStatus.SUCCESS, story(run.run_id)
@@ -175,17 +130,13 @@ def test_a_ui_launch_reads_the_key_from_the_environment_and_stores_it_nowhere(is
 
         # A key typed into the Launchpad is invalid config: refused at launch, before any run is stored.
         runs_before = len(dg.DagsterInstance.get().get_runs())
-        refused = _launch(port, raw_job_name("sec"), {"dagster/partition": batch},
-                          {"resources": {"model_endpoint": {"config": {"api_key": typed}}}})
+        refused = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch},
+                             {"resources": {"model_endpoint": {"config": {"api_key": typed}}}})
         assert refused["__typename"] == "RunConfigValidationInvalid", refused
         [error] = refused["errors"]
         assert error["reason"] == "FIELD_NOT_DEFINED" and 'unexpected config entry "api_key"' in error["message"]
         assert "api_key_env" in error["message"] and typed not in error["message"]
         assert len(dg.DagsterInstance.get().get_runs()) == runs_before and keyed.log.requests == 6
-    finally:
-        os.killpg(dev.pid, signal.SIGTERM)  # dagster dev and the webserver, daemon and code servers it started
-        dev.wait(timeout=60)
-    time.sleep(1)  # sqlite files settle once every process is gone
     assert places_holding(home, secret) == [] and places_holding(home, typed) == []
 
 
