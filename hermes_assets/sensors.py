@@ -29,7 +29,6 @@ from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from hermes_core.batch import pipeline
 from hermes_core.batch.dataset import DatasetError
-from hermes_core.batch.ledger import BatchPlan
 from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
@@ -125,7 +124,7 @@ def _newest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
 
 
 def _partition_changes(
-    recipe: Recipe, paths: RunPaths, forecast: pipeline.Forecast, instance: dg.DagsterInstance
+    recipe: Recipe, forecast: pipeline.Forecast, instance: dg.DagsterInstance
 ) -> list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest]:
     """Register the batches planned or forecast that the instance lacks; remove registered ones that
     are neither (their rows changed before planning) and were never materialized."""
@@ -133,7 +132,7 @@ def _partition_changes(
     registered = instance.get_dynamic_partitions(name)
     known = set(registered)
     missing = [key for key in forecast.partitions if key not in known]
-    wanted = {batch.key for batch in BatchPlan(paths.batches).batches} | set(forecast.partitions)
+    wanted = set(forecast.planned) | set(forecast.partitions)
     orphans = [key for key in registered if key not in wanted]
     if orphans:
         done = instance.get_materialized_partitions(_key(recipe.run_name, "raw_trajectories"))
@@ -197,7 +196,7 @@ def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Pat
         forecast = pipeline.forecast(recipe, paths)
     except (DatasetError, RecipeError) as exc:  # the planning run would fail the same way: say why here
         return dg.SensorResult(skip_reason=f"cannot plan {dataset_file}: {exc}", cursor=state)
-    changes = _partition_changes(recipe, paths, forecast, context.instance)
+    changes = _partition_changes(recipe, forecast, context.instance)
 
     def result(request: dg.RunRequest | None, reason: str) -> dg.SensorResult:
         if request is not None and not (request := _unrequested(context.instance, request)):
@@ -215,9 +214,9 @@ def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Pat
     if planned_sha256(paths) != dataset["sha256"]:
         key = f"plan:{dataset['sha256'][:16]}:{dataset['mtime_ns']}"
         return result(dg.RunRequest(run_key=key, job_name=plan_job_name(run), tags={**tags, REFRESH_TAG: key}), "")
-    pending = pipeline.plan(recipe, paths).partitions
-    if pending:
-        return result(batches_request(recipe, pending, open_ledger(paths.raw).records_per_partition, tags), "")
+    if forecast.partitions:  # planning is current, so the forecast is the plan: nothing new in it
+        return result(batches_request(recipe, forecast.partitions, open_ledger(paths.raw).records_per_partition,
+                                      tags), "")
     upstream = _upstream(context.instance, run)
     if upstream > _newest_storage_id(context.instance, _key(run, "statistics")):
         return result(finalize_request(recipe, upstream, tags), "")

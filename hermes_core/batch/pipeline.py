@@ -144,6 +144,7 @@ class Forecast:
     partitions: list[str]  # batches with pending samples, planned ones first, then the ones planning would add
     new_partitions: list[str]  # of those, the batches planning would add
     pending_samples: int
+    planned: list[str]  # every batch planned so far, pending or not
 
 
 def forecast(recipe: Recipe, paths: RunPaths) -> Forecast:
@@ -158,7 +159,7 @@ def forecast(recipe: Recipe, paths: RunPaths) -> Forecast:
     new = [batch.key for batch in batches.propose(pending, recipe.batch_size)]
     waiting = set(pending)
     planned = [batch.key for batch in batches.batches if not waiting.isdisjoint(batch.members)]
-    return Forecast(planned + new, new, len(pending))
+    return Forecast(planned + new, new, len(pending), [batch.key for batch in batches.batches])
 
 
 @dataclass

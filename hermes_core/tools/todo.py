@@ -13,7 +13,7 @@ MAX_CONTENT_CHARS = 4000  # a task is a short line; a huge one would only bloat 
 MAX_ITEMS = 256
 _CUT = "… [truncated]"
 
-TODO_ITEMS = {"type": "object", "properties": {
+TASK_ITEM_SCHEMA = {"type": "object", "properties": {
     "id": {"type": "string", "description": "The task's identifier, chosen by you; unique in the list."},
     "content": {"type": "string", "description": "What the task is."},
     "status": {"type": "string", "enum": list(STATUSES), "description": "Where the task stands."},
@@ -67,7 +67,7 @@ def _merge(items: list[dict[str, str]], todos: list[Any]) -> list[dict[str, str]
 
 @tool("todo")
 def todo(ctx: ToolContext,
-         todos: Annotated[list[dict] | None, {"items": TODO_ITEMS}] = None,
+         todos: Annotated[list[dict] | None, {"items": TASK_ITEM_SCHEMA}] = None,
          merge: Annotated[bool, {"default": False}] = False) -> dict[str, Any]:
     """Plan and track multi-step work with a task list kept for this session. Call it with todos to
     write the list, without todos to read it; every call returns the whole list (in priority order)
