@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: install local demo demo-local test dev validate clean
+.PHONY: install local demo demo-local test test-frontend dev validate clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,11 @@ demo-local: local  ## the example dataset through a REAL local model (SmolLM2-13
 # engine, the local model), then runs it; PYTEST_ARGS="-k name" selects tests.
 test: local
 	VENV=$(VENV) scripts/test.sh $(PYTEST_ARGS)
+
+# Opt-in, not in CI: Open WebUI (its own ~7 GB venv, offline) against hermes-foundry serve, driven in
+# headless Chromium (tests_frontend/); refreshes docs/screenshots/open_webui.png.
+test-frontend: install
+	VENV=$(VENV) scripts/test_frontend.sh $(PYTEST_ARGS)
 
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml

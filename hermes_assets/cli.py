@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_core.formats import hf_loading
+from hermes_core.formats.hermes_agent_text import HERMES_AGENT_PYTHON_ENV
 from hermes_core.batch import pipeline
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, data_root, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
@@ -55,6 +56,7 @@ environment (flags win):
                                                   sandbox limits and options (README: Sandboxes)
   HERMES_WEB_SEARCH_URL, HERMES_VISION_BASE_URL, HERMES_IMAGE_BASE_URL (+ _API_KEY, _MODEL), HERMES_WEB_*
                                                   networked tool backends (README: Networked tools)
+  HERMES_AGENT_PYTHON                             a Python with hermes-agent: its exact text (--hermes_agent_python)
 """
 
 
@@ -84,6 +86,11 @@ def _batch_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning_disabled", action="store_true",
                    help="do not request reasoning and keep trajectories without it (no-reasoning filter off)")
     add_request_arguments(p)  # hermes-agent's reasoning, provider routing, prefill and log flags
+    p.add_argument("--hermes_agent_python", "--hermes-agent-python", dest="hermes_agent_python",
+                   default=os.environ.get(HERMES_AGENT_PYTHON_ENV) or None, metavar="PATH",
+                   help="a Python with hermes-agent installed (e.g. .oracle-venv/bin/python): the run takes the "
+                   "tool descriptions and system-turn text from it, so rows are byte-identical to the original's "
+                   f"(dumped once, saved as hermes_text.json in the run folder; default ${HERMES_AGENT_PYTHON_ENV})")
     p.add_argument("--discard_incomplete", action="store_true",
                    help="discard trajectories that reached --max_turns without a final answer (kept by default)")
     p.add_argument("--max_tokens", type=int, help="max_tokens per model call")
@@ -170,6 +177,8 @@ def _recipe(args: argparse.Namespace, endpoint: Endpoint) -> Recipe:
         price_table=str(Path(args.price_table).resolve()) if args.price_table else None, compression=_compression_flags(args),
         request_timeout_s=args.request_timeout, sample_timeout_s=args.sample_timeout or None,
         endpoint_preflight=args.preflight, **request_settings(args),
+        # Not resolved through symlinks: a venv's python is a link to the interpreter it was made with.
+        hermes_agent_python=os.path.abspath(args.hermes_agent_python) if args.hermes_agent_python else None,
     )
 
 

@@ -46,7 +46,8 @@ REQUIRED = ("run_name", "dataset_file", "model")
 PATH_FIELDS = ("dataset_file", "distributions_file")
 KNOWN = tuple(f.name for f in dataclasses.fields(Recipe))
 # Fingerprinted only when set (Recipe._compute_fingerprint), so named when they differ in a conflict.
-LATE_FINGERPRINT_FIELDS = ("tool_call_mode", "discard_incomplete", "max_sample_cost_usd", "max_sample_tokens")
+LATE_FINGERPRINT_FIELDS = ("tool_call_mode", "discard_incomplete", "max_sample_cost_usd", "max_sample_tokens",
+                           "hermes_text_sha256")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +162,8 @@ def _entry_problems(path: Path, number: int, entry: Any,
     for key in PATH_FIELDS:
         if settings.get(key):
             settings[key] = str((path.parent / Path(settings[key]).expanduser()).resolve())
+    if settings.get("hermes_agent_python"):  # not through symlinks: a venv's python links to another
+        settings["hermes_agent_python"] = os.path.abspath(path.parent / Path(settings["hermes_agent_python"]).expanduser())
     try:
         return Recipe(**settings), []
     except (RecipeError, TypeError, ValueError) as exc:

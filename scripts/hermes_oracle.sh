@@ -3,8 +3,8 @@
 # environment (its pins clash with ours, and the product never imports it), asked for its tool
 # definitions, toolsets, distributions and ShareGPT conversion of our fixture message lists.
 #
-# The venv is built once and reused while the pinned requirement is unchanged (the requirement is
-# written into it last, so a half-built venv is rebuilt). The dumper runs without network
+# The venv is built once by scripts/side_venv.sh and reused while the pinned requirement is unchanged
+# (a half-built venv is rebuilt). The dumper runs without network
 # (`unshare -n`, `unshare -rn` when not root) and with HERMES_HOME in a temporary folder, because
 # the original reads and writes its home and may try to reach the internet.
 #
@@ -23,51 +23,15 @@ fixtures=$root/tests/conformance/fixtures/messages.json
 
 die() { echo "hermes_oracle: $*" >&2; exit 1; }
 
-# hermes-agent 0.19.0 declares Requires-Python >=3.11,<3.14.
-python_ok() { "$1" -c 'import sys, venv; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 14))' 2>/dev/null; }
-
-find_python() {
-  local candidate
-  if [ -n "${HERMES_ORACLE_PYTHON:-}" ]; then
-    python_ok "$HERMES_ORACLE_PYTHON" && echo "$HERMES_ORACLE_PYTHON"
-    return
-  fi
-  for candidate in python3.11 python3.12 python3.13 python3 \
-      "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[123].*/bin/python; do
-    candidate=$(command -v "$candidate" 2>/dev/null) || continue
-    if python_ok "$candidate"; then echo "$candidate"; return 0; fi
-  done
-  return 1
-}
-
-venv_current() { [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.requirement" 2>/dev/null)" = "$REQUIREMENT" ]; }
-
-build_venv() {
-  local python log=$venv.log
-  python=$(find_python) || die "cannot build the oracle venv: no Python 3.11-3.13 with the venv module${HERMES_ORACLE_PYTHON:+ at HERMES_ORACLE_PYTHON=$HERMES_ORACLE_PYTHON} (hermes-agent 0.19.0 needs one; set HERMES_ORACLE_PYTHON)"
-  echo "hermes_oracle: building $venv with $REQUIREMENT ($python; log: $log)" >&2
-  rm -rf "$venv"
-  "$python" -m venv "$venv" >"$log" 2>&1 || die "cannot build the oracle venv: '$python -m venv' failed (see $log)"
-  if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$REQUIREMENT" >>"$log" 2>&1; then
-    die "cannot build the oracle venv: pip install $REQUIREMENT failed, is PyPI reachable? ($(grep -m1 -E 'ERROR|error:' "$log" || tail -n1 "$log"))"
-  fi
-  echo "$REQUIREMENT" >"$venv/.requirement"  # last: marks the venv complete
-}
-
 # Without network. Root can unshare the network namespace directly; others need a user namespace.
 offline() {
   if [ "$(id -u)" = 0 ]; then unshare -n "$@"; else unshare -rn "$@"; fi
 }
 
-command -v unshare >/dev/null && command -v flock >/dev/null \
-  || die "cannot run the oracle offline: unshare and flock (util-linux) are needed"
+command -v unshare >/dev/null || die "cannot run the oracle offline: unshare (util-linux) is needed"
 offline true 2>/dev/null || die "cannot run the oracle offline: 'unshare -n' (or 'unshare -rn') is not permitted here"
-# One build at a time (make test and the test fixture may both ask for it).
-mkdir -p "$(dirname "$venv")"
-exec 9>"$venv.lock"
-flock 9
-venv_current || build_venv
-flock -u 9
+# hermes-agent 0.19.0 declares Requires-Python >=3.11,<3.14.
+"$root/scripts/side_venv.sh" hermes_oracle "$REQUIREMENT" "$venv" 11 13 HERMES_ORACLE_PYTHON >/dev/null || exit 1
 
 home=$(mktemp -d "${TMPDIR:-/tmp}/hermes-oracle-home.XXXXXX")
 trap 'rm -rf "$home"' EXIT

@@ -15,7 +15,9 @@ Tool availability: the original offers a tool only when its check_fn passes (API
 CLI, ...), which varies between machines. `tools` and `tool_definitions_by_toolset` are taken with
 every check_fn cleared, i.e. as a fully configured installation offers them, so the dump is the same
 everywhere; `check_fns` says which tools a given installation would offer. (The unforced view is
-not dumped: it depends on the machine, and the offline probes behind it take ~10 s.)
+not dumped: it depends on the machine, and the offline probes behind it take ~10 s.) The `sharegpt`
+conversions offer the tools as a batch run of such an installation does: without the tools that need
+its desktop app or a CDP browser (BATCH_GATED, whose own checks say no here).
 
 ShareGPT: each fixture case (tests/conformance/fixtures/messages.json) holds the session's messages
 with assistant messages as an endpoint returned them. `sharegpt` runs them through the original's
@@ -30,6 +32,7 @@ Usage (inside the oracle venv): python hermes_oracle_dump.py OUTPUT_JSON FIXTURE
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import logging
 import os
@@ -47,10 +50,20 @@ import model_tools  # noqa: E402  (after logging is quietened: importing registe
 import toolsets  # noqa: E402
 import toolset_distributions  # noqa: E402
 from batch_runner import _extract_reasoning_stats, _extract_tool_stats  # noqa: E402
-from run_agent import AIAgent  # noqa: E402
 from agent.conversation_loop import _invalid_tool_name_error_content  # noqa: E402
 from agent.tool_dispatch_helpers import make_tool_result_message  # noqa: E402
 from tools.registry import registry  # noqa: E402
+
+# The product's exact-text dumper (also run inside a hermes-agent venv) drives the original the same
+# way: its helpers are shared, loaded by path (it is a standalone script, not importable from here).
+_spec = importlib.util.spec_from_file_location(
+    "hermes_agent_dump", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hermes_core", "formats",
+                                      "hermes_agent_dump.py"))
+_shared = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shared)
+_force_all_available, _agent = _shared.force_all_available, _shared.offline_agent
+# Offered only with the desktop app (HERMES_DESKTOP) or a CDP URL (BROWSER_CDP_URL), never in a batch run.
+BATCH_GATED = ("browser_cdp", "browser_dialog", "read_terminal", "close_terminal")
 
 
 def _definitions(toolset_names: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -64,13 +77,6 @@ def _check_fns() -> dict[str, str | None]:
         check = registry.get_entry(name).check_fn
         result[name] = f"{check.__module__}.{check.__qualname__}" if check else None
     return result
-
-
-def _force_all_available() -> None:
-    """A tool without check_fn is always offered (tools/registry.py get_definitions)."""
-    for name in registry.get_all_tool_names():
-        registry.get_entry(name).check_fn = None
-    model_tools._clear_tool_defs_cache()
 
 
 def _all_tools() -> dict[str, dict[str, Any]]:
@@ -92,15 +98,6 @@ def _model_message(message: dict[str, Any]) -> SimpleNamespace:
     ]
     fields = {k: message[k] for k in ("reasoning", "reasoning_content", "reasoning_details") if k in message}
     return SimpleNamespace(content=message.get("content"), tool_calls=calls or None, **fields)
-
-
-def _agent(case_toolsets: list[str]) -> AIAgent:
-    """An agent built as batch_runner._process_single_prompt builds one; it never calls the model."""
-    return AIAgent(
-        base_url="http://127.0.0.1:9/v1", api_key="oracle-offline", model="oracle/offline",
-        max_iterations=10, enabled_toolsets=case_toolsets, save_trajectories=False, quiet_mode=True,
-        log_prefix_chars=100, skip_context_files=True, skip_memory=True,
-    )
 
 
 def _convert_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -132,10 +129,15 @@ def _convert_case(case: dict[str, Any]) -> dict[str, Any]:
 def dump(fixtures_path: str) -> dict[str, Any]:
     names = toolsets.get_toolset_names()
     check_fns = _check_fns()
+    gated = {name: registry.get_entry(name).check_fn for name in BATCH_GATED if name in check_fns}
     _force_all_available()
+    for name, check in gated.items():  # the conversions offer the tools as a batch run does
+        registry.get_entry(name).check_fn = check
+    model_tools._clear_tool_defs_cache()
     with open(fixtures_path, encoding="utf-8") as handle:
         cases = json.load(handle)["cases"]
     converted = {name: _convert_case(case) for name, case in cases.items()}
+    _force_all_available()
     return {
         "version": version("hermes-agent"),
         "toolsets": {ts: toolsets.resolve_toolset(ts) for ts in names},

@@ -65,6 +65,8 @@ fi
 # The conformance oracle (real hermes-agent in .oracle-venv, cached); tests/conformance skips
 # saying why when it cannot be built.
 scripts/hermes_oracle.sh || log "no Hermes Agent oracle (the conformance tests will skip); see the line above"
+# The typed API client's Python 3.13 venv (.api-client-venv, cached) for tests/api_server/test_api_client.py.
+scripts/api_client_venv.sh >/dev/null || log "no hermes-agent-api-client venv; see the line above"
 
 status=0
 "$venv/bin/pytest" "$@" || status=$?

@@ -104,7 +104,9 @@ class AIAgent:
         self.tool_backends = ToolBackends.resolve() if tool_backends is None else tool_backends
         self.toolsets = resolve_toolsets(enabled_toolsets, disabled_toolsets, self.registry, self.tool_backends)
         self.tools: list[Tool] = self.registry.available(self.toolsets, self.tool_backends)
-        self._tool_schemas = [tool.openai_schema() for tool in self.tools]  # sent with every model call
+        # Sent with every model call, in the run's wording (the original's with --hermes_agent_python).
+        self._tool_schemas = [{"type": "function", "function": definition}
+                              for definition in hermes_text.definitions([tool.definition() for tool in self.tools])]
         self.max_iterations = max_iterations
         self.ephemeral_system_prompt = ephemeral_system_prompt
         self.reasoning_effort = reasoning_effort
@@ -121,7 +123,7 @@ class AIAgent:
             raise ValueError(f"tool_call_mode {tool_call_mode!r}: expected one of {', '.join(constrained.TOOL_CALL_MODES)}")
         self.tool_call_mode = tool_call_mode  # constrained: for models without tool calling (hermes_core.endpoints.constrained)
         self.sample_budget = sample_budget  # usage so far -> why the sample must stop calling the model
-        self.hermes_text = hermes_text  # the prose the model reads around tool results (the untrusted notice)
+        self.hermes_text = hermes_text  # the prose the model reads: tool definitions, the untrusted notice
         # A batch run's reasoning form, provider routing and prefill (hermes_core.endpoints.request_options).
         self.request_options = request_options
 
@@ -293,7 +295,7 @@ class _Session:
                 raise
         if self.ctx is None:
             self.ctx = ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state,
-                                   backends=self.agent.tool_backends)
+                                   backends=self.agent.tool_backends, offered=frozenset(self.offered))
         return self.ctx
 
     async def close(self) -> None:

@@ -23,6 +23,7 @@ MIN_KEY_LENGTH = 16
 DEFAULT_PORT = 8642
 DEFAULT_MODEL_NAME = "hermes-agent"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+AUTO = "auto"  # inline progress for plain chat clients, named events only for Hermes-aware ones
 
 ENVIRONMENT_HELP = """
 environment (or the env file; flags win, then the process environment, then the file):
@@ -34,7 +35,11 @@ environment (or the env file; flags win, then the process environment, then the 
   API_SERVER_MAX_CONCURRENT_RUNS agent runs at once; more get 429 (default 4)
   API_SERVER_MAX_BODY_BYTES      request body limit; more get 413 (default 1048576)
   API_SERVER_TOOLSETS            comma list of toolsets offered to the agent (default all available)
-  API_SERVER_INLINE_PROGRESS     true: tool progress also as content lines in streams (default false)
+  API_SERVER_INLINE_PROGRESS     auto (default): tool progress also as content lines in streams unless the
+                                 client is Hermes-aware (README: API server); true: always; false: never
+  API_SERVER_MAX_SESSIONS        X-Hermes-Session-Id sessions kept at once; the least recently used idle
+                                 one is closed for a new one (default 32)
+  API_SERVER_SESSION_IDLE_SECONDS  a session unused this long is closed with its sandbox (default 1800)
   API_SERVER_MAX_ITERATIONS      model calls per request before the summary call (default 90)
   API_SERVER_KEEPALIVE_SECONDS   SSE ": ping" comment interval while tools run (default 15)
   API_SERVER_TOOL_CALL_MODE      native (default) or constrained, for upstream models without tool calling
@@ -59,7 +64,9 @@ class ApiServerSettings:
     max_concurrent_runs: int = 4
     max_body_bytes: int = 1024 * 1024
     toolsets: tuple[str, ...] | None = None  # None: every toolset whose tools are available
-    inline_progress: bool = False
+    inline_progress: bool | str = AUTO  # True, False or AUTO
+    max_sessions: int = 32
+    session_idle_s: float = 1800.0
     max_iterations: int = 90
     keepalive_s: float = 15.0
     sandbox_backend: str | None = None  # None: $HERMES_TERMINAL_BACKEND or "local"
@@ -71,11 +78,13 @@ class ApiServerSettings:
                 f"API_SERVER_KEY must be set to a secret of at least {MIN_KEY_LENGTH} characters "
                 f"(got {len(self.key or '')}); e.g. API_SERVER_KEY=$(openssl rand -hex 24)"
             )
-        for name in ("max_concurrent_runs", "max_body_bytes", "max_iterations"):
+        for name in ("max_concurrent_runs", "max_body_bytes", "max_iterations", "max_sessions"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
-        if self.keepalive_s <= 0:
-            raise SettingsError("keepalive_s must be positive")
+        if self.keepalive_s <= 0 or self.session_idle_s <= 0:
+            raise SettingsError("keepalive_s and session_idle_s must be positive")
+        if self.inline_progress not in (True, False, AUTO):
+            raise SettingsError(f"inline_progress={self.inline_progress!r}: expected true, false or auto")
         if self.tool_call_mode not in TOOL_CALL_MODES:
             raise SettingsError(f"API_SERVER_TOOL_CALL_MODE={self.tool_call_mode!r}: expected one of "
                                 f"{', '.join(TOOL_CALL_MODES)}")
@@ -137,6 +146,15 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={raw!r}: expected true or false")
 
 
+def _inline_progress(env: Mapping[str, str]) -> bool | str:
+    raw = (env.get("API_SERVER_INLINE_PROGRESS") or AUTO).strip().lower()
+    if raw == AUTO:
+        return AUTO
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    raise SettingsError(f"API_SERVER_INLINE_PROGRESS={raw!r}: expected auto, true or false")
+
+
 def _number(env: Mapping[str, str], name: str, default: float, kind: type = int) -> float:
     raw = (env.get(name) or "").strip()
     try:
@@ -185,7 +203,9 @@ def load_settings(
         max_concurrent_runs=int(_number(env, "API_SERVER_MAX_CONCURRENT_RUNS", 4)),
         max_body_bytes=int(_number(env, "API_SERVER_MAX_BODY_BYTES", 1024 * 1024)),
         toolsets=toolset_list or None,
-        inline_progress=_bool(env, "API_SERVER_INLINE_PROGRESS", False),
+        inline_progress=_inline_progress(env),
+        max_sessions=int(_number(env, "API_SERVER_MAX_SESSIONS", 32)),
+        session_idle_s=float(_number(env, "API_SERVER_SESSION_IDLE_SECONDS", 1800.0, float)),
         max_iterations=int(_number(env, "API_SERVER_MAX_ITERATIONS", 90)),
         keepalive_s=float(_number(env, "API_SERVER_KEEPALIVE_SECONDS", 15.0, float)),
         sandbox_backend=env.get("HERMES_TERMINAL_BACKEND") or None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -55,9 +56,26 @@ def finish_reason(result: dict[str, Any]) -> str:
     return "length" if not result.get("completed") and not result.get("partial") else "stop"
 
 
+def hermes_status(result: dict[str, Any]) -> dict[str, Any]:
+    """The original's `hermes` block: how a run that did not simply complete ended."""
+    return {"completed": bool(result.get("completed")), "partial": bool(result.get("partial")),
+            "failed": bool(result.get("failed")), "error": result.get("error"),
+            "error_code": "output_truncated" if finish_reason(result) == "length" and not result.get("failed")
+            else "agent_error"}
+
+
 def inline_line(progress: dict[str, str]) -> str:
     label = " ".join(progress.get("label", progress.get("tool", "")).split()).replace("`", "'")
     return f"`🔧 {label}`\n"
+
+
+_INLINE_LINES = re.compile(r"\A(?:`🔧 [^`\n]*`\n)+\n?")
+
+
+def strip_inline_progress(text: str) -> str:
+    """An assistant turn as the agent wrote it: a chat frontend sends our earlier replies back with
+    their inline progress lines (always at the start), which the model must not read as its own words."""
+    return _INLINE_LINES.sub("", text, count=1)
 
 
 @dataclass(frozen=True)
@@ -82,9 +100,19 @@ class Completion:
 
     def response(self, result: dict[str, Any]) -> dict[str, Any]:
         message = {"role": "assistant", "content": result.get("final_response") or "", "refusal": None}
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+        body = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(result)}],
                 "usage": openai_usage(result.get("usage") or {})}
+        if not result.get("completed"):
+            body["hermes"] = hermes_status(result)
+        return body
+
+    def failure(self, error: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The last chunk of a stream whose run failed, as the original ends one: finish_reason "error"
+        with the error and the `hermes` block (the `error` key also makes the `openai` client raise)."""
+        status = {"completed": False, "partial": False, "failed": True, "error": error["error"]["message"],
+                  "error_code": "agent_error"}
+        return {**self.chunk({}, "error", openai_usage(usage or {})), **error, "hermes": status}
 
 
 async def stream_run(
@@ -113,10 +141,10 @@ async def stream_run(
                 inlined = True
                 yield sse(completion.chunk({"content": inline_line(event)}))
         if task.cancelled():
-            yield sse(error_body("the agent run was cancelled: the server is shutting down", "server_error",
-                                 "shutting_down"))
+            yield sse(completion.failure(error_body("the agent run was cancelled: the server is shutting down",
+                                                    "server_error", "shutting_down")))
         elif task.result()["failed"]:
-            yield sse(run_error(task.result()))
+            yield sse(completion.failure(run_error(task.result()), task.result().get("usage")))
         else:
             result = task.result()
             text = ("\n" if inlined else "") + (result["final_response"] or "")
@@ -125,7 +153,7 @@ async def stream_run(
             yield sse(completion.chunk({}, finish_reason(result), openai_usage(result.get("usage") or {})))
         yield DONE
     except Exception as exc:  # an unexpected agent error must still end the stream properly
-        yield sse(error_body(f"internal error: {exc}", "server_error", "internal_error"))
+        yield sse(completion.failure(error_body(f"internal error: {exc}", "server_error", "internal_error")))
         yield DONE
     finally:
         if getter is not None:

@@ -21,7 +21,7 @@ from hermes_core.fileio import FileTableCache, atomic_write_json, atomic_write_j
 from hermes_core.formats.filters import Disposition
 from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
-from hermes_core.batch.recipe import Recipe, RecipeError
+from hermes_core.batch.recipe import Recipe, RecipeError, load_hermes_text
 from hermes_core.batch.records import RunContext, SampleJob
 from hermes_core.batch.runner import run_jobs
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
@@ -226,7 +226,7 @@ def _run_partitions(
                                   ledger.attempts(member) + 1))
     ctx = RunContext(recipe.run_name, recipe.model, recipe.distribution, dagster_run_id, recipe.filters,
                      recipe.max_attempts, recipe.fingerprint(), json.loads(paths.dataset.read_text())["sha256"],
-                     recipe.price())
+                     recipe.price(), load_hermes_text(paths.root, recipe))
     remaining = {key: 0 for key in partition_keys}
     for job in jobs:
         remaining[job.partition_key] += 1

@@ -19,11 +19,15 @@ from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.endpoints.request_options import OPENROUTER, RequestOptions, options_problem
 from hermes_core.tools.distributions import Distribution, load_distributions
-from hermes_core.fileio import atomic_write_json
+from hermes_core.fileio import atomic_write_json, atomic_write_text
 from hermes_core.formats.filters import FilterSettings
+from hermes_core.formats.hermes_agent_text import (HermesAgentTextError, dump_hermes_agent_text, dump_sha256,
+                                                   hermes_text_from_dump)
+from hermes_core.formats.hermes_text import OWN_TEXT, HermesText
 from hermes_core.batch.stopping import Budget, Price, PriceError, load_prices, price_of
 from hermes_core.tools.backends import BackendError, ToolBackends
 
+HERMES_TEXT_FILE = "hermes_text.json"  # the original's wording of a run with hermes_agent_python, in its folder
 RUN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # Settings that change what a sample means; changing one under the same run name is refused.
 FINGERPRINT_FIELDS = (
@@ -93,6 +97,11 @@ class Recipe:
     provider_sort: str | None = None
     prefill_messages: list[dict[str, Any]] | None = None
     log_prefix_chars: int = 100
+    # The original's wording (hermes_core.formats.hermes_agent_text): a Python with hermes-agent installed,
+    # dumped once when the recipe is made (hermes_text_sha256 unset); the dump's hash is in the
+    # fingerprint and the dump itself is saved beside recipe.json (HERMES_TEXT_FILE) by save_recipe.
+    hermes_agent_python: str | None = None
+    hermes_text_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.run_name):
@@ -130,6 +139,14 @@ class Recipe:
         for name in ("request_timeout_s", "sample_timeout_s", "refresh_interval_s"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise RecipeError(f"{name} must be positive (got {getattr(self, name)})")
+        dump = None  # made here once; a recipe read back from recipe.json has its hash (and its folder the dump)
+        if self.hermes_agent_python and self.hermes_text_sha256 is None:
+            try:
+                dump = dump_hermes_agent_text(self.hermes_agent_python)
+            except HermesAgentTextError as exc:
+                raise RecipeError(str(exc)) from None
+            object.__setattr__(self, "hermes_text_sha256", dump_sha256(dump))
+        object.__setattr__(self, "_hermes_text_dump", dump)
         # Resolved once: these are read per batch and per sample, and their files would be re-parsed each time.
         object.__setattr__(self, "_price", price)
         object.__setattr__(self, "_distribution", self._resolve_distribution())
@@ -193,7 +210,7 @@ class Recipe:
         settings["distribution"] = [self.distribution, list(self.load_distribution().toolsets)]
         # Settings added later count only when set: fingerprints of earlier runs stay as they were.
         for name, default in (("tool_call_mode", NATIVE), ("discard_incomplete", False), ("max_sample_cost_usd", None),
-                              ("max_sample_tokens", None), ("prefill_messages", None)):
+                              ("max_sample_tokens", None), ("prefill_messages", None), ("hermes_text_sha256", None)):
             if getattr(self, name) != default:
                 settings[name] = getattr(self, name)
         canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
@@ -225,13 +242,32 @@ def save_recipe(root: Path, recipe: Recipe, *, force_new_fingerprint: bool = Fal
     if path.is_file() and not force_new_fingerprint:
         old = json.loads(path.read_text())
         if old.get("fingerprint") != recipe.fingerprint():
-            changed = [n for n in (*FINGERPRINT_FIELDS, "prefill_messages") if old.get(n) != getattr(recipe, n)]
+            changed = [n for n in (*FINGERPRINT_FIELDS, "prefill_messages", "hermes_text_sha256")
+                       if old.get(n) != getattr(recipe, n)]
             raise RecipeError(
                 f"run {recipe.run_name!r} was started with a different recipe (changed: "
                 f"{', '.join(changed) or 'distribution probabilities'}); use a new --run_name, "
                 "or --force-new-fingerprint to start its samples over under the new recipe"
             )
+    if recipe._hermes_text_dump is not None:  # type: ignore[attr-defined]  # first: the recipe names its hash
+        atomic_write_text(path.with_name(HERMES_TEXT_FILE), recipe._hermes_text_dump)  # type: ignore[attr-defined]
     return atomic_write_json(path, recipe.to_json())
+
+
+def load_hermes_text(folder: Path, recipe: Recipe) -> HermesText:
+    """The run's prose: this project's, or the original's saved in its folder by save_recipe."""
+    if recipe.hermes_text_sha256 is None:
+        return OWN_TEXT
+    path = folder / HERMES_TEXT_FILE
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    if text is None or dump_sha256(text) != recipe.hermes_text_sha256:
+        raise RecipeError(f"{path}: {'missing' if text is None else 'not the text the recipe names'} (hash "
+                          f"{recipe.hermes_text_sha256}); run hermes-batch for this run again with the same "
+                          "--hermes_agent_python to save it; nothing was sent")
+    try:
+        return hermes_text_from_dump(text, str(path))
+    except HermesAgentTextError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def list_recipes(root: Path) -> list[Recipe]:

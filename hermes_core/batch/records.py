@@ -10,6 +10,7 @@ from hermes_core.batch.stopping import Price
 from hermes_core.config import VERSION
 from hermes_core.batch.dataset import Sample
 from hermes_core.formats.filters import Disposition, FilterSettings, classify
+from hermes_core.formats.hermes_text import OWN_TEXT, HermesText
 from hermes_core.formats.sharegpt import reasoning_coverage, to_conversations, tool_stats
 from hermes_core.tools import registry
 
@@ -37,6 +38,7 @@ class RunContext:
     recipe_fingerprint: str
     dataset_sha256: str
     price: Price | None = None  # the model's, to record each attempt's cost (budgets sum them)
+    hermes_text: HermesText = OWN_TEXT  # the rows' prose: the original's with --hermes_agent_python
 
 
 def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -70,7 +72,8 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
     assistant_turns, with_reasoning = reasoning_coverage(messages)
     row = {
         "prompt_index": sample.prompt_index,
-        "conversations": to_conversations(messages, [registry.get(name).definition() for name in offered]),
+        "conversations": to_conversations(
+            messages, ctx.hermes_text.definitions([registry.get(name).definition() for name in offered]), ctx.hermes_text),
         "metadata": {
             "batch_num": job.batch_num,
             "timestamp": base["finished_at"],

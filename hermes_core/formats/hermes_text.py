@@ -11,7 +11,8 @@ writes its bytes exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 UNTRUSTED_TOOL_NAMES = frozenset({"web_search", "web_extract"})
 UNTRUSTED_TOOL_PREFIXES = ("browser_", "mcp_")
@@ -31,16 +32,36 @@ class HermesText:
     call_instruction: str  # the line after it
     example_intro: str  # the line before the `<tool_call>` example
     untrusted_notice: str  # the line after the opening `<untrusted_tool_result ...>` tag
+    # Another wording of the tools (`--hermes_agent_python`: hermes_core/formats/hermes_agent_text.py):
+    # {name: {description, parameters[, depends_on, variants]}}; None: each tool's own definition.
+    tools: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @classmethod
-    def from_system_turn(cls, system: str, untrusted_notice: str) -> HermesText:
+    def from_system_turn(cls, system: str, untrusted_notice: str, tools: Mapping[str, Any] | None = None) -> HermesText:
         """The prose of a system turn laid out as `render_system_turn` lays it out."""
         preamble, _, rest = system.partition("<tools>\n")
         lines = rest.partition("\n</tools>\n")[2].split("\n")
         if (not preamble or len(lines) != 7 or not lines[1].startswith("{'title': 'FunctionCall'")
                 or lines[4:] != ["<tool_call>", CALL_EXAMPLE, "</tool_call>"]):
             raise ValueError("not a Hermes system turn: expected <tools>, 4 lines of schema and 3 of example")
-        return cls(preamble, lines[0], lines[2], lines[3], untrusted_notice)
+        return cls(preamble, lines[0], lines[2], lines[3], untrusted_notice, tools)
+
+    def definitions(self, own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The `{name, description, parameters}` of the tools offered together, in this wording: a
+        tool's text may depend on which of its `depends_on` tools are among them (`variants`)."""
+        if not self.tools:
+            return own
+        offered = {definition["name"] for definition in own}
+        result = []
+        for definition in own:
+            entry = self.tools.get(definition["name"])
+            if entry is not None:
+                present = ",".join(name for name in entry.get("depends_on", ()) if name in offered)
+                entry = entry.get("variants", {}).get(present, entry)
+                definition = {"name": definition["name"], "description": entry["description"],
+                              "parameters": entry["parameters"]}
+            result.append(definition)
+        return result
 
 
 # The model's call format, written as the original writes it (a Python dict repr, and an example

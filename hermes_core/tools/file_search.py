@@ -1,4 +1,4 @@
-"""Shell commands and output parsing behind `search_files` (grep and find run inside the sandbox).
+"""`search_files`' work: grep and find run inside the sandbox, their output parsed and paged.
 
 Hidden files and folders (names starting with ".", such as .git) are skipped, like ripgrep does by
 default; binary files are skipped by content search.
@@ -9,6 +9,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from hermes_core.sandbox.base import SandboxError
+from hermes_core.tools.registry import ToolContext, ToolError
+
+DENSE_MATCHES = 5  # from this many content matches on, they are grouped by file as text
 MAX_MATCH_CHARS = 500  # one minified line must not fill a whole result
 CONTEXT_SLACK = 200  # extra output lines fetched when context lines are interleaved with matches
 
@@ -97,3 +101,64 @@ def densify(matches: list[dict[str, Any]]) -> str:
             rows.append(current)
         rows.append(f"  {match['line']}: {match['content'].rstrip()}")
     return "\n".join(rows)
+
+
+def exists(ctx: ToolContext, path: str, test: str = "-e") -> bool:
+    """`test TEST PATH` in the sandbox (-e: exists, -d: is a folder)."""
+    try:
+        return ctx.sandbox.exec(f"test {test} {shlex.quote(path)}").exit_code == 0
+    except SandboxError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def run_search(ctx: ToolContext, pattern: str, target: str, path: str, file_glob: str | None, limit: int,
+               offset: int, output_mode: str, context: int) -> dict[str, Any]:
+    """search_files' result (its arguments already normalized): grep or find in the sandbox, parsed
+    and paged."""
+    if not pattern:
+        raise ToolError("pattern must not be empty")
+    if not exists(ctx, path):
+        raise ToolError(f"Path not found: {path}")
+    if target == "files":
+        command = files_command(pattern, path)
+    else:
+        fetch = offset + limit + 1 + (CONTEXT_SLACK + limit * 2 * context if context else 0)
+        command = content_command(pattern, path, file_glob, output_mode, context, fetch)
+    try:
+        run = ctx.sandbox.exec(command)
+    except SandboxError as exc:
+        raise ToolError(str(exc)) from exc
+    if run.timed_out:
+        raise ToolError("the search timed out; narrow the path, pattern or file_glob")
+    output = run.output.split("\n...[output truncated:", 1)[0] if run.truncated else run.output
+    result: dict[str, Any]
+    if target == "files" or output_mode == "files_only":
+        found = parse_files(output) if target == "files" else parse_files_only(output)
+        result = {"total_count": len(found)}
+        page: list[Any] = found[offset : offset + limit]
+        if page:
+            result["files"] = page
+    elif output_mode == "count":
+        counts = parse_counts(output)
+        found = list(counts)
+        result = {"total_count": sum(counts.values())}
+        if counts:
+            result["counts"] = counts
+        offset, limit = 0, len(found)  # counts are one row per file, never paged
+    else:
+        found = parse_content(output)
+        result = {"total_count": len(found)}
+        page = found[offset : offset + limit]
+        if len(page) >= DENSE_MATCHES:  # grouped text repeats each path once instead of per match
+            result["matches_format"] = "grouped by file: a path line, then '  LINE: content' rows under it"
+            result["matches_text"] = densify(page)
+        elif page:
+            result["matches"] = page
+    # grep: 1 means no match; 2 an error (a bad regex), fatal only when nothing was found.
+    if target == "content" and run.exit_code not in (0, 1) and not found and not run.truncated:
+        raise ToolError(f"Search failed: {run.output.strip() or f'exit code {run.exit_code}'}")
+    if len(found) > offset + limit or run.truncated:
+        result["truncated"] = True
+        result["hint"] = (f"Results truncated. Use offset={offset + limit} to see more, or narrow with "
+                          "a more specific pattern or file_glob.")
+    return result

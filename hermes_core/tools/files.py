@@ -13,16 +13,16 @@ import shlex
 from typing import Annotated, Any, Literal
 
 from hermes_core.sandbox.base import SandboxError
-from hermes_core.tools import file_search
-from hermes_core.tools.registry import ToolContext, ToolError, tool
-from hermes_core.tools.v4a import FileOp, PatchError, apply_hunks, parse_patch, replace_text
+from hermes_core.tools import file_search, file_state
+from hermes_core.tools.registry import ToolContext, ToolError, registry, tool
+from hermes_core.tools.v4a import FileOp, OldStringNotFound, PatchError, apply_hunks, parse_patch, replace_text
 
 MAX_READ_LINES = 2000  # the most lines one read_file call returns
 MAX_LINE_CHARS = 2000  # longer lines are cut, so a minified file cannot flood a page
 MAX_READ_CHARS = 100_000  # a page stops at the last whole line within this many characters
-DENSE_MATCHES = 5  # from this many content matches on, they are grouped by file as text
 
 _NUMBERED_LINE = re.compile(r"^\s*(\d+)\|")
+_SHA256 = re.compile(r"^([0-9a-f]{64})\b", re.MULTILINE)
 
 
 def _read_bytes(ctx: ToolContext, path: str) -> bytes:
@@ -42,10 +42,6 @@ def _decode(data: bytes, path: str) -> str:
     except UnicodeError as exc:
         raise ToolError(f"{path} is a binary file ({len(data)} bytes), not UTF-8 text; inspect it with "
                         "the terminal instead (e.g. `file`, `xxd | head`), or vision_analyze for images") from exc
-
-
-def _read_text(ctx: ToolContext, path: str) -> str:
-    return _decode(_read_bytes(ctx, path), path)
 
 
 def _write_text(ctx: ToolContext, path: str, content: str) -> tuple[str, int]:
@@ -80,7 +76,12 @@ def read_file(
         limit: How many lines to return at most (default 500, at most 2000).
     """
     offset, limit = max(1, offset), max(1, min(limit, MAX_READ_LINES))  # clamp like the original
-    data = _read_bytes(ctx, path)
+    return file_state.read(ctx, path, offset, limit, lambda: _read_bytes(ctx, path),
+                           lambda data: _page(data, path, offset, limit))
+
+
+def _page(data: bytes, path: str, offset: int, limit: int) -> dict[str, Any]:
+    """read_file's result for the lines `offset`.. (at most `limit`) of the file `data`."""
     lines = _lines(_decode(data, path))
     total = len(lines)
     if offset > total and total:
@@ -114,13 +115,6 @@ def _looks_line_numbered(content: str) -> bool:
     return all(b == a + 1 for a, b in zip(numbers, numbers[1:]))
 
 
-def _exists(ctx: ToolContext, path: str, test: str = "-e") -> bool:
-    try:
-        return ctx.sandbox.exec(f"test {test} {shlex.quote(path)}").exit_code == 0
-    except SandboxError as exc:
-        raise ToolError(str(exc)) from exc
-
-
 @tool("file")
 def write_file(
     ctx: ToolContext,
@@ -141,11 +135,34 @@ def write_file(
     if _looks_line_numbered(content):
         raise ToolError("content looks like read_file output (NUMBER|text lines); write the file's real "
                         "text, without the line-number prefixes")
+    if file_state.is_status_text(content):
+        raise ToolError("content is read_file's 'unchanged' message, not the file's text; write the "
+                        "file's real content")
     parent = posixpath.dirname(path)
-    dirs_created = bool(parent) and not _exists(ctx, parent, "-d")
+    warning = None
+    if file_state.watching(ctx, path):  # one command checks the folder and the file's content
+        dirs_created, current = _probe(ctx, parent or ".", path)
+        warning = file_state.stale_warning(ctx, path, current)
+    else:
+        dirs_created = bool(parent) and not file_search.exists(ctx, parent, "-d")
     written, size = _write_text(ctx, path, content)
-    return {"bytes_written": size, "dirs_created": dirs_created, "resolved_path": written,
-            "files_modified": [written]}
+    file_state.note_written(ctx, path, content.encode("utf-8"))
+    result = {"bytes_written": size, "dirs_created": dirs_created, "resolved_path": written,
+              "files_modified": [written]}
+    return {**result, "_warning": warning} if warning else result
+
+
+def _probe(ctx: ToolContext, folder: str, path: str) -> tuple[bool, str | None]:
+    """Whether `folder` is missing, and the SHA-256 of the file `path` (None when it cannot be
+    read), from one sandbox command."""
+    command = (f"[ -d {shlex.quote(folder)} ] || echo missing-folder; "
+               f"sha256sum 2>/dev/null < {shlex.quote(path)} || true")
+    try:
+        output = ctx.sandbox.exec(command).output
+    except SandboxError as exc:
+        raise ToolError(str(exc)) from exc
+    found = _SHA256.search(output)
+    return "missing-folder" in output.split(), found.group(1) if found else None
 
 
 def _diff(old: str, new: str, path: str) -> str:
@@ -156,18 +173,21 @@ def _diff(old: str, new: str, path: str) -> str:
 _Plan = tuple[dict[str, str | None], dict[str, str | None], list[str], list[str], list[str]]
 
 
-def _plan_v4a(ctx: ToolContext, ops: list[FileOp]) -> _Plan:
+def _plan_v4a(ctx: ToolContext, ops: list[FileOp], digests: dict[str, str]) -> _Plan:
     """Every operation worked out in memory, in order: the files' contents before and after, and
-    the paths modified, created and deleted. Nothing is written."""
+    the paths modified, created and deleted. Nothing is written. `digests` receives the SHA-256 of
+    each existing file read."""
     files: dict[str, str | None] = {}  # path -> content after the operations so far (None: deleted)
     before: dict[str, str | None] = {}
 
     def current(path: str) -> str | None:
         if path not in files:
             try:
-                files[path] = _read_text(ctx, path)
+                data = _read_bytes(ctx, path)
+                digests[path] = file_state.digest(data)
+                files[path] = _decode(data, path)
             except ToolError:
-                if _exists(ctx, path):
+                if file_search.exists(ctx, path):
                     raise
                 files[path] = None
             before[path] = files[path]
@@ -202,10 +222,13 @@ def _plan_v4a(ctx: ToolContext, ops: list[FileOp]) -> _Plan:
 
 def _apply_v4a(ctx: ToolContext, ops: list[FileOp]) -> dict[str, Any]:
     """Validate the whole patch first, then write: a patch with one bad hunk changes nothing."""
+    digests: dict[str, str] = {}
     try:
-        files, before, modified, created, deleted = _plan_v4a(ctx, ops)
+        files, before, modified, created, deleted = _plan_v4a(ctx, ops, digests)
     except (PatchError, ToolError) as exc:
-        raise ToolError(f"patch not applied, no file was changed: {exc}") from exc
+        failure = {"error": f"patch not applied, no file was changed: {exc}"}
+        return _with_warnings(failure, _stale(ctx, digests))
+    warnings = _stale(ctx, digests)  # before the writes below change what the session remembers
     diffs = []
     for path, content in files.items():  # write phase: only now does the sandbox change
         if content == before[path]:
@@ -218,11 +241,23 @@ def _apply_v4a(ctx: ToolContext, ops: list[FileOp]) -> dict[str, Any]:
         except (SandboxError, ToolError) as exc:
             raise ToolError(f"patch partly applied (stopped at {path}): {exc}") from exc
         diffs.append(_diff(before[path] or "", content or "", path))
+        file_state.note_written(ctx, path, None if content is None else content.encode("utf-8"))
+    file_state.patch_succeeded(ctx, list(files))
     result: dict[str, Any] = {"success": True, "diff": "\n".join(d for d in diffs if d)}
     for key, paths in (("files_modified", modified), ("files_created", created), ("files_deleted", deleted)):
         if paths:
             result[key] = paths
-    return result
+    return _with_warnings(result, warnings)
+
+
+def _stale(ctx: ToolContext, digests: dict[str, str]) -> list[str]:
+    """The staleness warnings of the files a V4A patch read (their digests then)."""
+    return [w for path, d in digests.items() if (w := file_state.stale_warning(ctx, path, d))]
+
+
+def _with_warnings(result: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """`result` with its `_warning` (several joined by " | "); a bare error is raised as one."""
+    return file_state.finish({**result, "_warning": " | ".join(warnings)} if warnings else result)
 
 
 @tool("file")
@@ -272,14 +307,22 @@ def patch(
         raise ToolError("old_string and new_string required in mode 'replace'")
     if old_string == new_string:
         raise ToolError("old_string and new_string are identical; nothing to change")
-    text = _read_text(ctx, path)
+    data = _read_bytes(ctx, path)
+    text = _decode(data, path)
+    warning = file_state.stale_warning(ctx, path, file_state.digest(data))
     try:
         new, count = replace_text(text, old_string, new_string, replace_all, path)
+    except OldStringNotFound as exc:
+        hint = file_state.patch_hint(path, file_state.patch_failed(ctx, path))
+        return {"error": str(exc), **({"_warning": warning} if warning else {}), "_hint": hint}
     except PatchError as exc:
-        raise ToolError(str(exc)) from exc
+        return _with_warnings({"error": str(exc)}, [warning] if warning else [])
     written, _ = _write_text(ctx, path, new)
-    return {"success": True, "diff": _diff(text, new, path), "files_modified": [written],
-            "resolved_path": written, "replacements": count}
+    file_state.note_written(ctx, path, new.encode("utf-8"))
+    file_state.patch_succeeded(ctx, [path])
+    result = {"success": True, "diff": _diff(text, new, path), "files_modified": [written],
+              "resolved_path": written, "replacements": count}
+    return _with_warnings(result, [warning] if warning else [])
 
 
 @tool("file", read_only=True)
@@ -311,51 +354,11 @@ def search_files(
             the default), "files_only" (paths of matching files) or "count" (matches per file).
         context: Content search only: lines to show before and after each match (default 0).
     """
-    if not pattern:
-        raise ToolError("pattern must not be empty")
     offset, limit, context = max(0, offset), max(1, limit), max(0, context)
-    if not _exists(ctx, path):
-        raise ToolError(f"Path not found: {path}")
-    if target == "files":
-        command = file_search.files_command(pattern, path)
-    else:
-        fetch = offset + limit + 1 + (file_search.CONTEXT_SLACK + limit * 2 * context if context else 0)
-        command = file_search.content_command(pattern, path, file_glob, output_mode, context, fetch)
-    try:
-        run = ctx.sandbox.exec(command)
-    except SandboxError as exc:
-        raise ToolError(str(exc)) from exc
-    if run.timed_out:
-        raise ToolError("the search timed out; narrow the path, pattern or file_glob")
-    output = run.output.split("\n...[output truncated:", 1)[0] if run.truncated else run.output
-    result: dict[str, Any]
-    if target == "files" or output_mode == "files_only":
-        found = file_search.parse_files(output) if target == "files" else file_search.parse_files_only(output)
-        result = {"total_count": len(found)}
-        page: list[Any] = found[offset : offset + limit]
-        if page:
-            result["files"] = page
-    elif output_mode == "count":
-        counts = file_search.parse_counts(output)
-        found = list(counts)
-        result = {"total_count": sum(counts.values())}
-        if counts:
-            result["counts"] = counts
-        offset, limit = 0, len(found)  # counts are one row per file, never paged
-    else:
-        found = file_search.parse_content(output)
-        result = {"total_count": len(found)}
-        page = found[offset : offset + limit]
-        if len(page) >= DENSE_MATCHES:  # grouped text repeats each path once instead of per match
-            result["matches_format"] = "grouped by file: a path line, then '  LINE: content' rows under it"
-            result["matches_text"] = file_search.densify(page)
-        elif page:
-            result["matches"] = page
-    # grep: 1 means no match; 2 an error (a bad regex), fatal only when nothing was found.
-    if target == "content" and run.exit_code not in (0, 1) and not found and not run.truncated:
-        raise ToolError(f"Search failed: {run.output.strip() or f'exit code {run.exit_code}'}")
-    if len(found) > offset + limit or run.truncated:
-        result["truncated"] = True
-        result["hint"] = (f"Results truncated. Use offset={offset + limit} to see more, or narrow with "
-                          "a more specific pattern or file_glob.")
-    return result
+    # The repeat guard's key, as Hermes Agent's: output_mode and context do not count.
+    call = (pattern, target, path, file_glob or "", limit, offset)
+    return file_state.search(ctx, call, pattern, lambda: file_search.run_search(
+        ctx, pattern, target, path, file_glob, limit, offset, output_mode, context))
+
+
+registry.observe_calls(file_state.note_call)  # another tool in between ends a run of identical reads

@@ -215,7 +215,7 @@ def browser_get_images(ctx: ToolContext) -> dict[str, Any]:
 
 
 @_networked("browser", read_only=True, also="vision")
-def browser_vision(ctx: ToolContext, question: str, annotate: Annotated[bool, {"default": False}] = False) -> dict[str, Any]:
+def browser_vision(ctx: ToolContext, question: str, annotate: Annotated[bool, {"default": False, "description": ...}] = False) -> dict[str, Any]:
     """Take a screenshot of the current page and answer a question about what it shows (layout,
     charts, CAPTCHAs and other visual content the text snapshot misses).
 
@@ -232,7 +232,7 @@ def browser_vision(ctx: ToolContext, question: str, annotate: Annotated[bool, {"
 
 
 @_networked("browser", read_only=True)
-def browser_console(ctx: ToolContext, clear: Annotated[bool, {"default": False}] = False,
+def browser_console(ctx: ToolContext, clear: Annotated[bool, {"default": False, "description": ...}] = False,
                     expression: str | None = None) -> dict[str, Any]:
     """Return the JavaScript console messages and errors logged by the current page, or evaluate a
     JavaScript expression in the page (as in the browser's developer console) and return its value.

@@ -32,6 +32,7 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)  # per-tool session state (memory, todo...)
     backends: ToolBackends = field(default_factory=ToolBackends)  # where networked tools send their work
     on_close: list[Callable[[], None]] = field(default_factory=list)  # run when the session ends
+    offered: frozenset[str] | None = None  # names of the tools the model was offered (None: not known)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def _json_type(annotation: Any) -> dict[str, Any]:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        keywords = {k: v for extra in annotation.__metadata__ if isinstance(extra, dict) for k, v in extra.items()}
+        keywords = {k: v for extra in annotation.__metadata__ if isinstance(extra, dict) for k, v in extra.items()
+                    if v is not Ellipsis}  # `"description": ...` only marks where the description goes
         return {**_json_type(args[0]), **keywords}
     if origin in (typing.Union, types.UnionType):
         non_null = [a for a in args if a is not type(None)]
@@ -72,6 +74,13 @@ def _json_type(annotation: Any) -> dict[str, Any]:
         return {"type": "object"}
     simple = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array"}
     return {"type": simple[annotation]} if annotation in simple else {}
+
+
+def _declared_keywords(annotation: Any) -> list[str]:
+    """The keywords an `Annotated[T, {...}]` parameter declares, in their order."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return []
+    return [k for extra in annotation.__metadata__ if isinstance(extra, dict) for k in extra]
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -102,9 +111,16 @@ def derive_parameters(function: Callable[..., Any]) -> tuple[str, dict[str, Any]
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in list(inspect.signature(function).parameters.values())[1:]:
-        schema = _json_type(hints.get(param.name, str))
+        annotation = hints.get(param.name, str)
+        schema = _json_type(annotation)
         if param.name in arg_docs:
-            schema["description"] = arg_docs[param.name]
+            # Where Hermes Agent's schemas put it: after what the type says and before the declared
+            # keywords, unless the declaration places it (`"description": ...`).
+            declared = _declared_keywords(annotation)
+            if "description" not in declared:
+                declared = ["description", *declared]
+            schema = {**{k: v for k, v in schema.items() if k not in declared},
+                      **{k: arg_docs[param.name] if k == "description" else schema[k] for k in declared}}
         properties[param.name] = schema
         if param.default is inspect.Parameter.empty:
             required.append(param.name)
@@ -116,6 +132,12 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._toolsets: dict[str, list[str]] = {}
+        self._observers: list[Callable[[str, ToolContext], None]] = []
+
+    def observe_calls(self, observer: Callable[[str, ToolContext], None]) -> None:
+        """Run `observer(name, ctx)` before every call of a registered tool (the file tools learn
+        so that another tool ran between two identical reads)."""
+        self._observers.append(observer)
 
     def register(
         self,
@@ -184,6 +206,8 @@ class ToolRegistry:
     def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Run a tool; always returns the text the model reads (errors as `{"error": ...}`)."""
         tool = self._tools[name]
+        for observe in self._observers:
+            observe(name, ctx)
         props = tool.parameters["properties"]
         unknown = sorted(set(arguments) - set(props))
         # A required parameter that states a default (Hermes Agent's patch `mode`) falls back to it.

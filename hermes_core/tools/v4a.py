@@ -33,6 +33,10 @@ class PatchError(ValueError):
     """A patch or replacement that cannot be applied; the message names the file and hunk."""
 
 
+class OldStringNotFound(PatchError):
+    """Replace mode found no place matching old_string (the failure the patch tool counts)."""
+
+
 @dataclass
 class Hunk:
     """One `@@` section of an Update: lines prefixed ' ' (context), '-' (removed) or '+' (added)."""
@@ -202,7 +206,7 @@ def replace_text(text: str, old: str, new: str, replace_all: bool, path: str) ->
     block = old.strip("\n").split("\n")
     found = _find_block(lines, block, 0)
     if not found:
-        raise PatchError(f"Could not find old_string in {path}; read the file and copy the exact text "
+        raise OldStringNotFound(f"Could not find old_string in {path}; read the file and copy the exact text "
                          "(without read_file's line-number prefixes)")
     if len(found) > 1 and not replace_all:
         raise PatchError(f"old_string occurs {len(found)} times in {path}; add surrounding lines to make "

@@ -75,6 +75,16 @@ def test_request_mapping_system_history_and_last_user() -> None:
     assert chat.options == {"max_tokens": 50}
 
 
+def test_our_inline_progress_lines_are_not_read_back_as_the_assistants_words() -> None:
+    # What a chat frontend sends back on the next message: our streamed reply, progress lines included.
+    streamed = "`🔧 terminal {\"command\": \"ls\"}`\n`🔧 read_file notes.txt`\n\nThe folder has notes.txt."
+    chat = parse_chat_request({"messages": [
+        {"role": "user", "content": "what is here?"}, {"role": "assistant", "content": streamed},
+        {"role": "user", "content": "`🔧 x` is what I typed"}]})
+    assert chat.history[1] == {"role": "assistant", "content": "The folder has notes.txt."}
+    assert chat.user_message == "`🔧 x` is what I typed"  # a user's text is never touched
+
+
 def test_non_stream_answer_with_usage(client: openai.OpenAI) -> None:
     messages = [{"role": "system", "content": "You are Hermes."}, *user("What is 6 * 7? [sim:no-tools]")]
     reply = client.chat.completions.create(model="hermes-agent", messages=messages)
@@ -94,12 +104,14 @@ def test_tool_use_stream_assembled_by_the_openai_client(client: openai.OpenAI) -
         content += chunk.choices[0].delta.content or ""  # the naive pattern: progress events must not break it
         finish = chunk.choices[0].finish_reason or finish
         usage = chunk.usage or usage
-    assert content == plain.content and finish == "stop" and chunks >= 5
+    # A plain chat client gets the progress line inline by default (auto), then the same answer.
+    assert content == f"`🔧 terminal {{\"command\": \"echo served-by-hermes\"}}`\n\n{plain.content}"
+    assert finish == "stop" and chunks >= 5
     assert usage is not None and usage.total_tokens > 0
 
 
 def test_stream_carries_named_progress_events(server: ApiServer) -> None:
-    events, _ = raw_stream(server, TOOL_PROMPT)
+    events, _ = raw_stream(server, TOOL_PROMPT, {"X-Hermes-Progress": "events"})
     progress = [data for name, data in events if name == "hermes.tool.progress"]
     assert [p["status"] for p in progress] == ["running", "completed"]
     assert {p["tool"] for p in progress} == {"terminal"} and len({p["toolCallId"] for p in progress}) == 1
@@ -109,16 +121,20 @@ def test_stream_carries_named_progress_events(server: ApiServer) -> None:
     assert final["choices"][0]["finish_reason"] == "stop" and final["usage"]["total_tokens"] > 0
     assert events[-1] == (None, "[DONE]")
     content = content_of(events)
-    assert "served-by-hermes" in content and "🔧" not in content  # progress is not inline by default
+    assert "served-by-hermes" in content and "🔧" not in content  # the client asked for the named events only
 
 
 def test_inline_progress_per_request_and_by_setting(server: ApiServer, start_server: Any) -> None:
-    events, _ = raw_stream(server, TOOL_PROMPT, {"X-Hermes-Progress": "inline"})
+    events, _ = raw_stream(server, TOOL_PROMPT)  # auto: a plain chat client sees the tools run
     assert content_of(events).startswith("`🔧 terminal {\"command\": \"echo served-by-hermes\"}`\n")
+    events, _ = raw_stream(server, TOOL_PROMPT, {"X-Hermes-Session-Key": "channel-1"})  # Hermes-aware: events only
+    assert "🔧" not in content_of(events) and any(name == "hermes.tool.progress" for name, _ in events)
     inline_server = start_server(inline_progress=True)
-    events, _ = raw_stream(inline_server, TOOL_PROMPT)
+    events, _ = raw_stream(inline_server, TOOL_PROMPT, {"X-Hermes-Session-Key": "channel-1"})
     assert "`🔧 terminal" in content_of(events) and "served-by-hermes\\n" in content_of(events)
     assert any(name == "hermes.tool.progress" for name, _ in events)  # the named events stay
+    events, _ = raw_stream(start_server(inline_progress=False), TOOL_PROMPT)
+    assert "🔧" not in content_of(events)
 
 
 def test_keepalive_comments_while_the_agent_works(start_server: Any) -> None:

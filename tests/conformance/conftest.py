@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "hermes_oracle.sh"
 ORACLE_JSON = ROOT / ".oracle-venv" / "oracle.json"
 FIXTURES = Path(__file__).parent / "fixtures" / "messages.json"
-INPUTS = (SCRIPT, ROOT / "scripts" / "hermes_oracle_dump.py", FIXTURES)
+INPUTS = (SCRIPT, ROOT / "scripts" / "hermes_oracle_dump.py", ROOT / "hermes_core" / "formats" / "hermes_agent_dump.py",
+          FIXTURES)
 
 
 def _stale() -> bool:

@@ -72,6 +72,21 @@ def test_parameter_schemas_are_the_originals(oracle: dict[str, Any]) -> None:
     assert differing == []
 
 
+def key_order(schema: Any) -> Any:
+    """Every schema object's keys in order (the order is part of the system turn's bytes)."""
+    if isinstance(schema, dict):
+        return [(key, key_order(value)) for key, value in schema.items()]
+    if isinstance(schema, list):
+        return [key_order(item) for item in schema]
+    return None
+
+
+def test_parameter_schema_keys_are_in_the_originals_order(oracle: dict[str, Any]) -> None:
+    differing = sorted(name for name in registry.universe if key_order(registry.get(name).parameters)
+                       != key_order(oracle["tools"][name]["function"]["parameters"]))
+    assert differing == []
+
+
 # Tools the original offers only outside a default batch run: the CDP pair needs a CDP URL
 # (BROWSER_CDP_URL or browser.cdp_url), read_terminal/close_terminal its desktop app (HERMES_DESKTOP).
 GATED_OUTSIDE_BATCH_RUNS = {"browser_cdp", "browser_dialog", "read_terminal", "close_terminal"}

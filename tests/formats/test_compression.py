@@ -16,6 +16,7 @@ from hermes_assets.compression_assets import OUTPUT_FILE, build_compression_asse
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_core.formats.compression import (
+    SUMMARY_NOTICE,
     SUMMARY_PREFIX,
     ApproximateCounter,
     TokenizerFileCounter,
@@ -26,38 +27,8 @@ from hermes_core.formats.compression import (
 )
 from hermes_core.formats.compression.tokens import TokenizerError
 from hermes_core.batch.recipe import load_recipe
-from hermes_core.formats.sharegpt import to_conversations
+from compression_rows import make_row, read_rows, write_rows
 from procs import free_port
-
-TERMINAL = {"name": "terminal", "description": "Run a shell command.",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
-
-
-def make_row(index: int, rounds: int, output_chars: int = 600, middle_human: str | None = None) -> dict[str, Any]:
-    """A Hermes ShareGPT row with `rounds` gpt/tool pairs whose tool outputs are long."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Task {index}: inspect the project files."}]
-    for step in range(rounds):
-        call_id = f"call_{index}_{step}"
-        messages.append({"role": "assistant", "content": f"Step {step}.", "reasoning": f"I will run step {step}.",
-                         "tool_calls": [{"id": call_id, "type": "function", "function": {
-                             "name": "terminal", "arguments": json.dumps({"command": f"cat part{step}.txt"})}}]})
-        output = f"part {step} of row {index}: " + "lorem ipsum dolor sit amet " * (output_chars // 27)
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": json.dumps({"output": output})})
-        if middle_human and step == rounds // 2:
-            messages.append({"role": "user", "content": middle_human})
-    messages.append({"role": "assistant", "content": f"All {rounds} parts are read.", "reasoning": "Done."})
-    return {"prompt_index": index, "conversations": to_conversations(messages, [TERMINAL]),
-            "metadata": {"model": "hermes-sim", "note": "naïve ✓"}, "completed": True, "id": f"r{index}"}
-
-
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
 
 def tokens_of(row: dict[str, Any]) -> int:
     return sum(turn_tokens(row["conversations"], ApproximateCounter()))
@@ -74,6 +45,9 @@ def assert_pairs_intact(turns: list[dict[str, str]]) -> None:
             assert turns[i + 1]["from"] == "tool"
 
 
+METRICS = "trajectories_compressed_metrics.json"  # the original's name beside an output file
+
+
 def compress(inp: Path, url: str, *extra: str) -> int:
     return compress_main([f"--input={inp}", f"--base_url={url}", "--api_key=k", "--model=hermes-sim", *extra])
 
@@ -88,7 +62,7 @@ def test_over_budget_rows_fit_with_summary_protected_turns_and_pairs_intact(data
     target = 2000
     assert compress(dataset, sim_url, f"--target_max_tokens={target}", "--summary_target_tokens=200") == 0
     assert "compressed" in capsys.readouterr().out
-    originals, outputs = read_rows(dataset), read_rows(dataset.with_name("trajectories.compressed.jsonl"))
+    originals, outputs = read_rows(dataset), read_rows(dataset.with_name("trajectories_compressed.jsonl"))
     assert len(outputs) == len(originals)
     compressed = 0
     for before, after in zip(originals, outputs):
@@ -105,9 +79,12 @@ def test_over_budget_rows_fit_with_summary_protected_turns_and_pairs_intact(data
         turns, old = after["conversations"], before["conversations"]
         summaries = [i for i, t in enumerate(turns) if t["value"].startswith(SUMMARY_PREFIX)]
         assert len(summaries) == 1 and turns[summaries[0]]["from"] == "human"
-        assert turns[:4] == old[:4] and turns[-4:] == old[-4:]  # protected head and last N turns
+        # protected head and last N turns; the system turn carries the summary notice
+        assert turns[0] == {**old[0], "value": old[0]["value"] + SUMMARY_NOTICE}
+        assert turns[1:4] == old[1:4] and turns[-4:] == old[-4:]
         start, end = metrics["span"]
-        assert metrics["turns_removed"] == end - start == len(old) - len(turns) + 1
+        # turns_removed has the original's meaning (turns before - turns after), not the span's length
+        assert metrics["turns_removed"] == len(old) - len(turns) == end - start - 1
         assert turns[start]["value"].startswith(SUMMARY_PREFIX + " the assistant made")  # the model's label is dropped
         assert turns[start + 1:] == old[end:]
         assert old[start]["from"] != "tool" and (end == len(old) or old[end]["from"] != "tool")
@@ -120,13 +97,13 @@ def test_over_budget_rows_fit_with_summary_protected_turns_and_pairs_intact(data
 
 def test_untouched_rows_keep_their_bytes_and_metrics_add_up(dataset, sim_url):
     assert compress(dataset, sim_url, "--target_max_tokens=2000", "--summary_target_tokens=200") == 0
-    out = dataset.with_name("trajectories.compressed.jsonl")
+    out = dataset.with_name("trajectories_compressed.jsonl")
     for line_in, line_out in zip(dataset.read_text("utf-8").splitlines(), out.read_text("utf-8").splitlines()):
         row = json.loads(line_out)
         if not row["compression_metrics"]["compressed"]:
             assert line_out.startswith(line_in[:-1] + ', "compression_metrics": ')
     per_row = [row["compression_metrics"] for row in read_rows(out)]
-    report = json.loads((dataset.parent / "compression_metrics.json").read_text())
+    report = json.loads((dataset.parent / METRICS).read_text())
     assert report["counts"]["rows"] == len(per_row)
     assert report["counts"]["compressed"] == sum(m["compressed"] for m in per_row) == 4
     assert report["counts"]["still_over_budget"] == sum(m["still_over_budget"] for m in per_row)
@@ -142,14 +119,14 @@ def test_untouched_rows_keep_their_bytes_and_metrics_add_up(dataset, sim_url):
 
 def test_rerun_reuses_paid_summaries(dataset, sim_url, sim_server):
     assert compress(dataset, sim_url, "--target_max_tokens=2000") == 0
-    first = dataset.with_name("trajectories.compressed.jsonl").read_text()
+    first = dataset.with_name("trajectories_compressed.jsonl").read_text()
     before = sim_server.log.requests
     assert compress(dataset, sim_url, "--target_max_tokens=2000") == 0
     assert sim_server.log.requests == before
-    report = json.loads((dataset.parent / "compression_metrics.json").read_text())
+    report = json.loads((dataset.parent / METRICS).read_text())
     assert report["summariser"]["cache_hits"] == 4 and report["summariser"]["calls"] == 0
     strip = [{k: v for k, v in r.items() if k != "compression_metrics"} for r in read_rows(dataset.parent
-             / "trajectories.compressed.jsonl")]
+             / "trajectories_compressed.jsonl")]
     assert strip == [{k: v for k, v in json.loads(line).items() if k != "compression_metrics"}
                      for line in first.splitlines()]
 
@@ -167,22 +144,25 @@ def test_dry_run_calls_nothing_and_writes_nothing(dataset, sim_url, sim_server, 
     assert compress_main([f"--input={dataset}", "--dry_run", "--target_max_tokens=2000"]) == 0
 
 
-def test_sample_percent_is_seeded_and_reproducible(tmp_path, sim_url):
+def test_sample_percent_outputs_only_the_seeded_sample(tmp_path, sim_url):
+    # As the original: only the sampled rows are compressed and written (the others are left out).
     inp = write_rows(tmp_path / "t.jsonl", [make_row(i, 10) for i in range(12)])
 
-    def sampled(seed: int, name: str) -> list[int]:
+    def sampled(seed: int, name: str, percent: str = "50") -> list[int]:
         out = tmp_path / name
-        assert compress(inp, sim_url, f"--output={out}", "--target_max_tokens=1500", "--sample_percent=50",
+        assert compress(inp, sim_url, f"--output={out}", "--target_max_tokens=1500", f"--sample_percent={percent}",
                         f"--seed={seed}") == 0
-        reasons = [r["compression_metrics"]["skipped_reason"] for r in read_rows(out)]
-        assert reasons.count("not_sampled") == 6
-        for row, original in zip(read_rows(out), read_rows(inp)):
-            if row["compression_metrics"]["skipped_reason"] == "not_sampled":
-                assert row["conversations"] == original["conversations"]
-        return [i for i, reason in enumerate(reasons) if reason != "not_sampled"]
+        rows = read_rows(out)
+        assert all(r["compression_metrics"]["compressed"] for r in rows)
+        report = json.loads(out.with_name(f"{out.stem}_metrics.json").read_text())
+        assert report["counts"]["rows"] == len(rows) and report["files"][0]["rows"] == 12
+        indexes = [r["prompt_index"] for r in rows]
+        assert indexes == sorted(indexes)  # input order
+        return indexes
 
-    assert sampled(7, "a.jsonl") == sampled(7, "b.jsonl")
-    assert sampled(7, "a.jsonl") != sampled(8, "c.jsonl")
+    first = sampled(7, "a.jsonl")
+    assert len(first) == 6 and first == sampled(7, "b.jsonl") and first != sampled(8, "c.jsonl")
+    assert len(sampled(7, "d.jsonl", "1")) == 1  # at least one row, as the original draws
 
 
 
@@ -190,12 +170,12 @@ def test_summariser_failure_keeps_rows_unchanged_with_the_reason(dataset, capsys
     url = f"http://127.0.0.1:{free_port()}/v1"
     assert compress(dataset, url, "--target_max_tokens=2000", "--max_retries=0") == 1
     assert "kept uncompressed" in capsys.readouterr().err
-    for before, after in zip(read_rows(dataset), read_rows(dataset.with_name("trajectories.compressed.jsonl"))):
+    for before, after in zip(read_rows(dataset), read_rows(dataset.with_name("trajectories_compressed.jsonl"))):
         metrics = after.pop("compression_metrics")
         assert after == before and not metrics["compressed"]
         if metrics["original_tokens"] > 2000:
             assert metrics["skipped_reason"].startswith("summary_failed: ") and metrics["still_over_budget"]
-    report = json.loads((dataset.parent / "compression_metrics.json").read_text())
+    report = json.loads((dataset.parent / METRICS).read_text())
     assert report["counts"]["failed"] == 4 and len(report["failures"]) == 4
     assert report["tokens"]["saved"] == 0 and report["counts"]["skipped"]["summary_failed"] == 4
 
@@ -205,7 +185,7 @@ def test_per_trajectory_timeout(tmp_path, sim_url):
     slow = make_row(0, 12, middle_human="Keep going. [sim:latency=3]")
     inp = write_rows(tmp_path / "t.jsonl", [slow, make_row(1, 12)])
     assert compress(inp, sim_url, "--target_max_tokens=2000", "--timeout=0.5", "--max_retries=0") == 1
-    rows = read_rows(tmp_path / "t.compressed.jsonl")
+    rows = read_rows(tmp_path / "t_compressed.jsonl")
     assert rows[0]["compression_metrics"]["skipped_reason"] == "summary_failed: timed out after 0.5s"
     assert rows[0]["conversations"] == slow["conversations"] and rows[1]["compression_metrics"]["compressed"]
 
@@ -242,10 +222,10 @@ def test_tokenizer_file_versus_approximate_counter(tmp_path, dataset, sim_url):
     assert isinstance(exact, TokenizerFileCounter) and isinstance(approx, ApproximateCounter)
     assert exact.count_many(["lorem ipsum, dolor"]) == [4] and approx.count_many(["lorem ipsum, dolor"]) == [5]
     assert compress(dataset, sim_url, "--target_max_tokens=2000", f"--tokenizer={path}") == 0
-    report = json.loads((dataset.parent / "compression_metrics.json").read_text())
+    report = json.loads((dataset.parent / METRICS).read_text())
     assert report["tokenizer"] == exact.describe() and report["tokenizer"]["kind"] == "tokenizer_file"
     rows = read_rows(dataset)
-    out = read_rows(dataset.with_name("trajectories.compressed.jsonl"))
+    out = read_rows(dataset.with_name("trajectories_compressed.jsonl"))
     assert out[0]["compression_metrics"]["original_tokens"] == sum(turn_tokens(rows[0]["conversations"], exact))
     assert out[0]["compression_metrics"]["original_tokens"] != tokens_of(rows[0])
     with pytest.raises(TokenizerError, match="never downloads"):
@@ -259,7 +239,7 @@ def test_bad_input_is_refused_before_any_call(tmp_path, sim_url, sim_server, cap
     before = sim_server.log.requests
     assert compress(inp, sim_url, "--target_max_tokens=500") == 2
     assert "2 invalid line(s): 2 (not JSON), 3" in capsys.readouterr().err
-    assert sim_server.log.requests == before and not (tmp_path / "bad.compressed.jsonl").exists()
+    assert sim_server.log.requests == before and not (tmp_path / "bad_compressed.jsonl").exists()
 
 
 def test_compression_settings_are_validated():

@@ -14,7 +14,6 @@ from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import TOOLSET_ORDER, ToolContext, registry, result_failed
-from hermes_core.tools import code as code_tool
 from hermes_core.tools.backends import BackendError, Service, ToolBackends
 
 NETWORKED = {
@@ -115,35 +114,6 @@ def test_patch(ctx: ToolContext) -> None:
     assert call(ctx, "patch", path="app.py", old_string="= 1", new_string="= 2", replace_all=True)["replacements"] == 2
     assert call(ctx, "read_file", path="app.py")["content"] == "1|x = 2\n2|y = 2\n3|print(x + y)"
     assert call(ctx, "terminal", command="python3 app.py")["output"] == "4\n"
-
-
-# --- code execution -------------------------------------------------------------------------------
-
-
-def test_execute_code_separates_streams(ctx: ToolContext) -> None:
-    code = "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"
-    result = call(ctx, "execute_code", code=code)
-    assert result == {"stdout": "to stdout\n", "stderr": "to stderr\n", "exit_code": 3}
-    assert ".hermes_exec" not in call(ctx, "terminal", command="ls -A")["output"]  # cwd is a sandbox path
-
-
-def test_execute_code_imports_from_cwd_and_keeps_files(ctx: ToolContext) -> None:
-    call(ctx, "write_file", path="helpers.py", content="def answer():\n    return 42\n")
-    result = call(ctx, "execute_code", code="import helpers\nopen('out.txt', 'w').write(str(helpers.answer()))")
-    assert result["exit_code"] == 0 and result["stderr"] == ""
-    assert ctx.sandbox.read_file("out.txt") == b"42"
-    crashed = call(ctx, "execute_code", code="raise ValueError('boom')")
-    assert crashed["exit_code"] == 1 and "ValueError: boom" in crashed["stderr"]
-
-
-def test_execute_code_timeout(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The model cannot choose the timeout (there is no such argument); the tool's own one applies."""
-    monkeypatch.setattr(code_tool, "TIMEOUT_S", 1)
-    assert "unknown argument(s) ['timeout']" in error_of(ctx, "execute_code", code="print(1)", timeout=5)
-    started = time.monotonic()
-    result = call(ctx, "execute_code", code="import time\nprint('start')\ntime.sleep(100)")
-    assert time.monotonic() - started < 4
-    assert result["timed_out"] is True and result["exit_code"] is None and result["stdout"] == "start\n"
 
 
 # --- memory and todo ------------------------------------------------------------------------------

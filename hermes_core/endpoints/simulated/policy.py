@@ -333,7 +333,11 @@ def respond(body: dict[str, Any], attempt: int = 1) -> Reply:
         offered = {}
     forced = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
 
-    tool_msgs = [m for m in messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    turn = messages
+    if "each-turn" in flags:  # each user message wants its own tool rounds, steered by its own directives
+        turn = messages[max(i for i, m in enumerate(messages) if m.get("role") == "user"):]
+        flags = {**flags, **{name.lower(): value.strip() for name, value in _DIRECTIVE.findall(users[-1])}}
+    tool_msgs = [m for m in turn if m.get("role") == "assistant" and m.get("tool_calls")]
     used = [c.get("function", {}).get("name", "?") for m in tool_msgs for c in m["tool_calls"] if isinstance(c, dict)]
     results = [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]
     rounds = len(tool_msgs)

@@ -127,11 +127,16 @@ class RequestLog:
         # The last bodies received, without their tool schemas (large, and asserted elsewhere), so tests can
         # assert what a run sent (reasoning, provider routing, prefill); bounded for long-running servers.
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_BODIES)
+        self.tool_descriptions: dict[str, str] = {}  # per tool name, the description last offered (bounded by tools)
 
     def note(self, body: dict[str, Any]) -> None:
         self.requests += 1
         self.arrivals.append(time.time())
         self.recent.append({key: value for key, value in body.items() if key != "tools"})
+        for tool in body.get("tools") if isinstance(body.get("tools"), list) else ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                self.tool_descriptions[function["name"]] = str(function.get("description"))
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         roles = [m.get("role") for m in messages if isinstance(m, dict)]
         if "assistant" not in roles and "user" in roles:

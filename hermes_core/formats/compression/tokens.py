@@ -15,6 +15,8 @@ a trainer actually sees rather than to the bare text.
 from __future__ import annotations
 
 import math
+import os
+import re
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -42,11 +44,15 @@ class TokenCounter(Protocol):
 class ApproximateCounter:
     kind = "approximate"
 
+    def __init__(self, note: str | None = None) -> None:
+        self.note = note  # why the approximation stands in for a named tokenizer
+
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [math.ceil(len(text) / CHARS_PER_TOKEN) for text in texts]
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": None, "description": APPROXIMATION}
+        return {"kind": self.kind, "path": None,
+                "description": APPROXIMATION + (f" ({self.note})" if self.note else "")}
 
 
 class TokenizerFileCounter:
@@ -91,6 +97,32 @@ def _tokenizer_file(path: Path) -> Path:
 def load_counter(tokenizer: str | Path | None) -> TokenCounter:
     """The counter for `--tokenizer`: exact from a local file, else the documented approximation."""
     return TokenizerFileCounter(tokenizer) if tokenizer else ApproximateCounter()
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache_file(name: str) -> Path | None:
+    """The tokenizer.json of Hugging Face hub model `name` if it is already in the local hub cache."""
+    home = os.environ.get("HF_HOME") or str(Path("~/.cache/huggingface").expanduser())
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(home) / "hub")
+    found = sorted(cache.glob(f"models--{name.replace('/', '--')}/snapshots/*/tokenizer.json"))
+    return found[-1] if found else None
+
+
+def counter_for_name(name: str) -> TokenCounter:
+    """The counter for a tokenizer named in a config file, as the original names it: a local file
+    or folder is used as such; a hub id (`org/model`) is read from the local Hugging Face cache when
+    it is there, else the approximate counter stands in (never downloaded); any other missing path
+    raises TokenizerError."""
+    path = Path(name).expanduser()
+    if path.exists() or not HUB_ID.match(name):
+        return TokenizerFileCounter(path)
+    cached = hub_cache_file(name)
+    if cached is not None:
+        return TokenizerFileCounter(cached)
+    return ApproximateCounter(note=f"{name!r} is a model hub id that is not in the local Hugging Face cache; "
+                              "hermes-compress never downloads tokenizers")
 
 
 def turn_tokens(turns: Sequence[dict[str, Any]], counter: TokenCounter) -> list[int]:
