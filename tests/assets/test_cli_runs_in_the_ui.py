@@ -11,7 +11,7 @@ import dagster as dg
 from hermes_assets.cli import batch_main
 from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
 from batch_runs import prompts, write_dataset
-from dagster_ui import LOCATION, REPOSITORY, dagster_dev, graphql
+from dagster_ui import LOCATION, REPOSITORY, SharedDev, graphql
 from procs import free_port
 
 RUN = """query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { runId pipelineName status
@@ -33,42 +33,43 @@ def wait_for_ui_run(port: int, run_id: str, timeout: float = 120) -> dict:
     return run
 
 
-def test_a_cli_run_shows_in_the_ui_as_runs_of_its_jobs_and_re_executes(isolated_homes, sim_server, sim_url,
-                                                                        monkeypatch, capsys):
+def test_a_cli_run_shows_in_the_ui_as_runs_of_its_jobs_and_re_executes(isolated_homes, ui_dev: SharedDev,
+                                                                        sim_server, sim_url, monkeypatch, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", prompts(8, "ui"))
-    with dagster_dev(isolated_homes / "dagster_home", isolated_homes / "dev.log") as port:
-        url = f"http://127.0.0.1:{port}"
-        monkeypatch.setenv("HERMES_DAGSTER_URL", url)
-        requests = sim_server.log.requests
-        cli = ["--distribution=terminal_only", "--batch_size=4", f"--base_url={sim_url}", "--run_name=ui"]
-        assert batch_main([f"--dataset_file={dataset}", *cli]) == 0
-        assert f"the Dagster UI at {url} reloaded: run ui is listed" in capsys.readouterr().err
-        assert sim_server.log.requests - requests == 16  # 8 samples x 2 calls
-        assert batch_main([f"--dataset_file={dataset}", *cli]) == 0  # a plain resume: nothing to reload
-        assert "Dagster UI" not in capsys.readouterr().err
+    port = ui_dev.port()
+    url = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("HERMES_DAGSTER_URL", url)
+    requests = sim_server.log.requests
+    cli = ["--distribution=terminal_only", "--batch_size=4", f"--base_url={sim_url}", "--run_name=cli"]
+    assert batch_main([f"--dataset_file={dataset}", *cli]) == 0
+    assert f"the Dagster UI at {url} reloaded: run cli is listed" in capsys.readouterr().err
+    assert sim_server.log.requests - requests == 16  # 8 samples x 2 calls
+    assert batch_main([f"--dataset_file={dataset}", *cli]) == 0  # a plain resume: nothing to reload
+    assert "Dagster UI" not in capsys.readouterr().err
 
-        # No reload_location here: the CLI had the webserver reload the code location.
-        group = {"groupName": "ui", "repositoryName": REPOSITORY, "repositoryLocationName": LOCATION}
-        listed = {tuple(node["assetKey"]["path"]) for node in graphql(port, GROUP, {"group": group})["assetNodes"]}
-        assert {("ui", "prompts"), ("ui", "raw_trajectories"), ("ui", "statistics")} <= listed
+    # No reload_location here: the CLI had the webserver reload the code location.
+    group = {"groupName": "cli", "repositoryName": REPOSITORY, "repositoryLocationName": LOCATION}
+    listed = {tuple(node["assetKey"]["path"]) for node in graphql(port, GROUP, {"group": group})["assetNodes"]}
+    assert {("cli", "prompts"), ("cli", "raw_trajectories"), ("cli", "statistics")} <= listed
 
-        jobs = {plan_job_name("ui"), raw_job_name("ui"), finalize_job_name("ui")}
-        in_ui = [ui_run(port, run.run_id) for run in dg.DagsterInstance.get().get_runs()]  # newest first
-        assert len(in_ui) == 5  # plan, batch, finalize; then the resume's plan and finalize
-        for run in in_ui:
-            assert run["pipelineName"] in jobs and run["status"] == "SUCCESS"
-            assert run["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
-        runs = {run["pipelineName"]: run for run in in_ui[2:]}  # the first command's
-        assert set(runs) == jobs
+    jobs = {plan_job_name("cli"), raw_job_name("cli"), finalize_job_name("cli")}
+    mine = dg.DagsterInstance.get().get_runs(dg.RunsFilter(tags={"hermes/run": "cli"}))  # newest first
+    in_ui = [ui_run(port, run.run_id) for run in mine]
+    assert len(in_ui) == 3  # plan, batch, finalize; the resume had nothing to do and started no run (settled.py)
+    for run in in_ui:
+        assert run["pipelineName"] in jobs and run["status"] == "SUCCESS"
+        assert run["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
+    runs = {run["pipelineName"]: run for run in in_ui}
+    assert set(runs) == jobs
 
-        # "Re-execute" on the batch run: a run of the same job from the code location, nothing left to send.
-        requests = sim_server.log.requests
-        params = {"parentRunId": runs[raw_job_name("ui")]["runId"], "strategy": "ALL_STEPS"}
-        launched = graphql(port, REEXECUTE, {"params": params})["launchRunReexecution"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        again = wait_for_ui_run(port, launched["run"]["runId"])
-        assert (again["status"], again["pipelineName"]) == ("SUCCESS", raw_job_name("ui"))
-        assert sim_server.log.requests == requests
+    # "Re-execute" on the batch run: a run of the same job from the code location, nothing left to send.
+    requests = sim_server.log.requests
+    params = {"parentRunId": runs[raw_job_name("cli")]["runId"], "strategy": "ALL_STEPS"}
+    launched = graphql(port, REEXECUTE, {"params": params})["launchRunReexecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    again = wait_for_ui_run(port, launched["run"]["runId"])
+    assert (again["status"], again["pipelineName"]) == ("SUCCESS", raw_job_name("cli"))
+    assert sim_server.log.requests == requests
 
 
 def test_no_ui_is_silent_and_a_failed_reload_is_one_warning(isolated_homes, sim_server, sim_url, monkeypatch, capsys):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -18,34 +16,19 @@ from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
 from hermes_core.batch.ledger import Ledger
 from hermes_core.sandbox.docker_engine import engine_location
+from code_image import BUILD, SANDBOX_IMAGE, engine_answers
 from dagster_runs import launch, story, wait_for
 from postgres_server import postgres_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_IMAGE = "hermes-test/bookworm:latest"
 
-
-def _engine_answers() -> bool:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=5)
-        client.images.get(SANDBOX_IMAGE)
-        return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _engine_answers(), reason=f"no Docker engine with {SANDBOX_IMAGE} ({engine_location()}; "
+pytestmark = pytest.mark.skipif(not engine_answers(), reason=f"no Docker engine with {SANDBOX_IMAGE} ({engine_location()}; "
                                 "`make test` starts one as root: scripts/dockerd.sh and scripts/test_images.sh)")
 
 
 @pytest.fixture(scope="module")
 def code_image() -> str:
-    done = subprocess.run([str(ROOT / "deploy/docker/build_image.sh"), "hermes-foundry/code:test"],
-                          capture_output=True, text=True, env={**os.environ, "VENV": str(Path(sys.executable).parents[1])})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return BUILD.result()  # started when this test was collected (tests/assets/conftest.py)
 
 
 def test_runs_launched_into_containers_succeed_and_their_sandboxes_work(postgres_url, code_image, isolated_homes,

@@ -14,7 +14,7 @@ import dagster as dg
 from hermes_assets.sensors import plan_job_name, raw_job_name
 from hermes_core.config import data_root
 from dagster_runs import story, wait_for
-from dagster_ui import LOCATION, REPOSITORY, dagster_dev, graphql, launch_job, location, reload_location
+from dagster_ui import LOCATION, REPOSITORY, SharedDev, graphql, launch_job, location, reload_location
 
 RUN_KEYS = {"dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
             "statistics", "hf_dataset", "trl_messages", "samples"}
@@ -47,15 +47,18 @@ def write_dataset(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"prompt": f"Run a command that prints {i}"}) + "\n" for i in range(count)))
 
 
-def test_a_run_added_to_the_runs_file_appears_after_one_reload_and_launches(isolated_homes, sim_server, sim_url):
+def test_a_run_added_to_the_runs_file_appears_after_one_reload_and_launches(ui_dev: SharedDev, sim_server, sim_url):
     root = data_root()
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     write_dataset(root / "first.jsonl", 2)
     write_dataset(root / "second.jsonl", 3)
     runs = root / "runs.yaml"  # the default runs file: <data root>/runs.yaml
     runs.write_text(entry("first", "first.jsonl", sim_url))
 
-    with dagster_dev(isolated_homes / "dagster_home", isolated_homes / "dagster_dev.log") as port:
+    port = ui_dev.port()
+    try:
+        # `make dev` as it starts with this runs file (it may be running already: one reload).
+        assert reload_location(port)["locationOrLoadError"]["__typename"] == "RepositoryLocation"
         assert set(group_assets(port, "first")) == RUN_KEYS and group_assets(port, "second") == {}
 
         # Declare a second run: one reload of the code location, and its group is there.
@@ -90,4 +93,6 @@ def test_a_run_added_to_the_runs_file_appears_after_one_reload_and_launches(isol
         assert set(third) == {"declaration"}
         assert (f"{runs}, entry #3, run 'third', field 'batch_size': expected int, got str 'ten'"
                 in third["declaration"]["description"])
-    assert sim_server.log.requests - before == 6  # loading and reloading never called the model
+        assert sim_server.log.requests - before == 6  # loading and reloading never called the model
+    finally:
+        runs.unlink()  # the shared code location loads without these entries from its next reload on

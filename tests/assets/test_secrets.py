@@ -24,7 +24,7 @@ from hermes_core.config import data_root
 from hermes_core.endpoints.simulated.server import RequestLog, create_app
 from batch_runs import write_dataset
 from dagster_runs import story, wait_for
-from dagster_ui import dagster_dev, launch_job, location
+from dagster_ui import SharedDev, launch_job, location, reload_location
 
 class KeyedEndpoint:
     """The simulated model behind a check of `Authorization: Bearer <key>`; refusals are counted apart."""
@@ -110,34 +110,47 @@ def test_a_literal_key_is_refused_and_an_env_var_is_read_at_run_time(monkeypatch
     assert "sk-not" not in str(refused.value)  # a key typed in the wrong field is not echoed
 
 
-def test_a_ui_launch_reads_the_key_from_the_environment_and_stores_it_nowhere(isolated_homes, keyed, secret):
-    home = isolated_homes / "dagster_home"
-    data_root().mkdir(parents=True)
-    dataset = write_dataset(data_root() / "d.jsonl", [{"prompt": f"Run a command that prints {i}"} for i in range(3)])
+def test_a_ui_launch_reads_the_key_from_the_environment_and_stores_it_nowhere(ui_dev: SharedDev):
+    # `make dev`: webserver + daemon; the key only in their (the code location's) environment. The shared
+    # `dagster dev` has had it there through every UI test before this one, so the grep covers theirs too.
+    secret = ui_dev.env["HERMES_API_KEY"]
+    keyed = KeyedEndpoint(secret)
+    try:
+        typed = launch_from_the_ui(ui_dev.port(), keyed)
+    finally:
+        keyed.server.stop()
+        ui_dev.stop()  # every process gone: the grep reads what stays on disk
+    assert places_holding(ui_dev.home, secret) == [] and places_holding(ui_dev.home, typed) == []
+
+
+def launch_from_the_ui(port: int, keyed: KeyedEndpoint) -> str:
+    """Run "sec" launched from the UI, reading the key from the environment; then a key typed into the
+    Launchpad's run config, refused at launch. Returns the typed key."""
+    data_root().mkdir(parents=True, exist_ok=True)
+    dataset = write_dataset(data_root() / "sec.jsonl", [{"prompt": f"Run a command that prints {i}"} for i in range(3)])
     assert batch_main([f"--dataset_file={dataset}", "--run_name=sec", f"--base_url={keyed.base_url}",
                        "--distribution=terminal_only", "--batch_size=3", "--plan_only"]) == 0
     [batch] = [b["key"] for b in json.loads((data_root() / "sec" / "batches.json").read_text())["batches"]]
 
     typed = f"sk-typed-{uuid.uuid4().hex}"
-    # `make dev`: webserver + daemon; the key only in their (the code location's) environment
-    with dagster_dev(home, isolated_homes / "dagster_dev.log", {"HERMES_API_KEY": secret}) as port:
-        assert location(port)["__typename"] == "RepositoryLocation", location(port)
-        launched = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch})
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        run = wait_for(launched["run"]["runId"], timeout=180)
-        assert run.status == dg.DagsterRunStatus.SUCCESS, story(run.run_id)
-        assert keyed.log.requests == 6 and keyed.refused == []  # 3 samples x 2 calls, each with the right key
+    assert reload_location(port)["locationOrLoadError"]["__typename"] == "RepositoryLocation"  # run "sec" is listed
+    assert location(port)["__typename"] == "RepositoryLocation", location(port)
+    launched = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch})
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run = wait_for(launched["run"]["runId"], timeout=180)
+    assert run.status == dg.DagsterRunStatus.SUCCESS, story(run.run_id)
+    assert keyed.log.requests == 6 and keyed.refused == []  # 3 samples x 2 calls, each with the right key
 
-        # A key typed into the Launchpad is invalid config: refused at launch, before any run is stored.
-        runs_before = len(dg.DagsterInstance.get().get_runs())
-        refused = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch},
-                             {"resources": {"model_endpoint": {"config": {"api_key": typed}}}})
-        assert refused["__typename"] == "RunConfigValidationInvalid", refused
-        [error] = refused["errors"]
-        assert error["reason"] == "FIELD_NOT_DEFINED" and 'unexpected config entry "api_key"' in error["message"]
-        assert "api_key_env" in error["message"] and typed not in error["message"]
-        assert len(dg.DagsterInstance.get().get_runs()) == runs_before and keyed.log.requests == 6
-    assert places_holding(home, secret) == [] and places_holding(home, typed) == []
+    # A key typed into the Launchpad is invalid config: refused at launch, before any run is stored.
+    runs_before = len(dg.DagsterInstance.get().get_runs())
+    refused = launch_job(port, raw_job_name("sec"), {"dagster/partition": batch},
+                         {"resources": {"model_endpoint": {"config": {"api_key": typed}}}})
+    assert refused["__typename"] == "RunConfigValidationInvalid", refused
+    [error] = refused["errors"]
+    assert error["reason"] == "FIELD_NOT_DEFINED" and 'unexpected config entry "api_key"' in error["message"]
+    assert "api_key_env" in error["message"] and typed not in error["message"]
+    assert len(dg.DagsterInstance.get().get_runs()) == runs_before and keyed.log.requests == 6
+    return typed
 
 
 def test_hermes_batch_api_key_is_not_written_to_the_instance(isolated_homes, keyed, secret):

@@ -22,7 +22,7 @@ from hermes_core.tools.backends import BackendError, ToolBackends
 from procs import wait_until
 from web_servers import ATTACKS, CHROMIUM, HitRecorder, needs_chromium, private_service, site  # noqa: F401  (fixtures)
 
-SETTLE_S = 3.0  # after the last page of a route: time for late requests (meta refresh, script) to be tried
+SETTLE_S = 3.0  # after the last page of every route: time for late requests (meta refresh, script) to be tried
 
 
 def context(site_url: str, task: str, allow_private: bool = False) -> ToolContext:
@@ -102,19 +102,23 @@ def test_web_extract_connects_to_the_address_it_checked(site: str, monkeypatch: 
 @needs_chromium
 def test_the_browser_reaches_no_private_address_by_any_route(site: str, private_service: HitRecorder) -> None:
     port = urlsplit(private_service.url).port
-    for route in ROUTES:
-        ctx = context(site, f"strict-{route}")
-        try:
-            results = attack(ctx, site, route, f"{private_service.url}/{route}")
-            time.sleep(SETTLE_S)
-            results.append(tool(ctx, "browser_snapshot"))
+    # Every route's page stays open in its own session while the next ones load, so one settling time
+    # after the last covers them all: each page has had at least SETTLE_S for late requests.
+    contexts = {route: context(site, f"strict-{route}") for route in ROUTES}
+    try:
+        results = {route: attack(ctx, site, route, f"{private_service.url}/{route}") for route, ctx in contexts.items()}
+        time.sleep(SETTLE_S)
+        for route, ctx in contexts.items():
+            results[route].append(tool(ctx, "browser_snapshot"))
             # The refusals cost the page nothing else: the allowed site still loads (no fallback, no ban).
-            assert tool(ctx, "browser_navigate", url=f"{site}/index.html")["title"] == "Foundry notes"
-        finally:
+            assert tool(ctx, "browser_navigate", url=f"{site}/index.html")["title"] == "Foundry notes", route
+    finally:
+        for ctx in contexts.values():
             for close in ctx.on_close:
                 close()
-        told = json.dumps(results)
-        assert private_service.connections == [], route
+    assert private_service.connections == [], private_service.requests  # the paths name the routes
+    for route, route_results in results.items():
+        told = json.dumps(route_results)
         assert HitRecorder.SECRET not in told, route
         if route not in NO_REQUEST:  # a preconnect is speculative and WebRTC tries in the background
             assert f"127.0.0.1:{port}: 127.0.0.1 resolves to 127.0.0.1, a private address: refused" in told, route
