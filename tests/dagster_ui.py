@@ -64,24 +64,12 @@ def reload_location(port: int) -> dict[str, Any]:
     return graphql(port, RELOAD, {"name": LOCATION})["reloadRepositoryLocation"]
 
 
-# Appended to the project's dagster.yaml in a test's home: the run queue's own setting, polled every
-# second instead of 5 (a run launched from the UI starts sooner); everything else is what `make dev` has.
-QUICK_QUEUE = """
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: QueuedRunCoordinator
-  config:
-    dequeue_interval_seconds: 1
-"""
-
-
 @contextmanager
 def dagster_dev(home: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[int]:
     """`dagster dev` with the project's instance settings in `home`; yields the webserver's port once the
     code location is loaded, and stops every process it started on exit."""
     if not (home / "dagster.yaml").exists():
-        settings = (ROOT / "dagster_home" / "dagster.yaml").read_text()
-        (home / "dagster.yaml").write_text(settings + ("" if "run_coordinator:" in settings else QUICK_QUEUE))
+        (home / "dagster.yaml").write_text((ROOT / "dagster_home" / "dagster.yaml").read_text())
     port = free_port()
     dev = subprocess.Popen(
         [DAGSTER, "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
