@@ -31,6 +31,7 @@ class SandboxSettings:
     cpus: float = 1.0
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
+    exec_server: bool = True  # local backend: one bubblewrap per session, commands through its exec server
     allow_pull: bool = False  # may pre-flight pull missing images (docker/singularity)
     state_root: Path | None = None  # where session state lives on the host (default: temp dir)
     image_root: Path | None = None  # the only host folder images may come from (local rootfs, singularity)

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.exec_server import ExecServer, server_binary
+from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, adopt_spare, detect, retire,
                                          session_names)
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, write_owner)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, shell_exit_code, write_owner)
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -44,6 +46,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 DEFAULT_CWD = "/workspace"
 ETC_COPY_PREFIX = ".etc-"
 FILE_TIMEOUT_S = 60.0
+MAX_FILE_BYTES = 256 << 20  # what read_file takes from a sandbox, which may stream forever
 _RESERVED = ("/proc", "/dev", "/sys")
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
@@ -106,7 +109,8 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
-                 rootfs: Path | None, etc: Path, slot: "_Slot", give_back: Callable[["_Slot", bool], None]) -> None:
+                 rootfs: Path | None, etc: Path, slot: "_Slot", give_back: Callable[["_Slot", bool], None],
+                 server: Path | None = None) -> None:
         self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
@@ -115,6 +119,10 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
+        # Commands and file operations go through one exec server per session (exec_server.py),
+        # started at the first of them; without its binary, each is a bubblewrap of its own.
+        self._server_binary, self._server = server, None
+        self._server_lock = threading.Lock()
         self._layout = self._image_layout(rootfs) if rootfs else self._host_layout(etc)  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
@@ -143,15 +151,43 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         # The cwd lives in the overlay (not a bind), so an image's own files there stay visible.
         return ["--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev", "--dir", self.cwd]
 
-    def _argv(self, inner: list[str]) -> list[str]:
+    def _argv(self, inner: list[str], pid1: bool = False) -> list[str]:
         if self._closed:
             raise SandboxError(f"sandbox {self.session_id!r} is closed")
         enter = self.cgroup.enter_argv() if self.cgroup else []
         namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
         joined = [NSENTER, *namespaces, "--"] if namespaces else []
-        return [*enter, *joined, BWRAP or "bwrap", *_NAMESPACE_FLAGS, *self._layout, "--chdir", self.cwd, "--", *inner]
+        flags = [*_NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else _NAMESPACE_FLAGS
+        return [*enter, *joined, BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
+
+    def _exec_server(self) -> ExecServer | None:
+        """The session's exec server, started now if need be; None when commands run one bubblewrap each."""
+        if self._server_binary is None:
+            return None
+        with self._server_lock:
+            if self._closed:
+                raise SandboxError(f"sandbox {self.session_id!r} is closed")
+            if self._server is None:
+                # The server is pid 1 of the sandbox, started from an fd: nothing is added to its files.
+                self._server = ExecServer(lambda ctl, exe: self._argv([f"/proc/self/fd/{exe}", str(ctl), str(exe)],
+                                                                      pid1=True),
+                                          self._server_binary, self.state_dir, self.env, tuple(self._fds.values()))
+            return self._server
 
     def _run(self, inner: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        server = self._exec_server()
+        if server is not None:
+            out, err = bytearray(), bytearray()
+
+            def take(chunk: bytes) -> None:
+                out.extend(chunk)
+                if len(out) > MAX_FILE_BYTES:
+                    raise SandboxError(f"file larger than {MAX_FILE_BYTES >> 20} MiB")
+
+            status = server.call(inner, self.cwd, self.env, FILE_TIMEOUT_S, data, take, err.extend)
+            if status is None:
+                raise SandboxError(f"file operation timed out after {FILE_TIMEOUT_S:.0f} s")
+            return subprocess.CompletedProcess(inner, _exit_code(status), bytes(out), bytes(err[:65536]))
         try:
             return subprocess.run(self._argv(inner), input=data, capture_output=True, env=self.env,
                                   cwd=self.state_dir, timeout=FILE_TIMEOUT_S, start_new_session=True,
@@ -165,8 +201,16 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         timeout = self.command_timeout if timeout is None else float(timeout)
         if timeout <= 0:
             raise SandboxError("timeout must be positive")
-        argv = self._argv([self.shell, "-c", command])
-        return self.jobs.run(argv, str(self.state_dir), self.env, timeout, self.output_cap, tuple(self._fds.values()))[0]
+        server = self._exec_server()
+        if server is None:
+            argv = self._argv([self.shell, "-c", command])
+            return self.jobs.run(argv, str(self.state_dir), self.env, timeout, self.output_cap,
+                                 tuple(self._fds.values()))[0]
+        buffer = CappedBuffer(self.output_cap)
+        status = server.call([self.shell, "-c", command], self.cwd, self.env, timeout, None, buffer.add, None)
+        output, truncated = buffer.render()
+        return ExecResult(output=output, exit_code=None if status is None else _exit_code(status),
+                          timed_out=status is None, truncated=truncated)
 
     def spawn(self, command: str, pty: bool = False) -> int:
         argv = self._argv([self.shell, "-c", command])
@@ -194,6 +238,10 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         return posixpath.normpath(posixpath.join(self.cwd, path))
 
     def _release(self) -> None:
+        with self._server_lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.stop()  # its pid namespace ends, and every command with it
         # Anything else still in the session, however it detached; an empty cgroup is proof that
         # nothing of this session can reach the next one, so only then is the slot reused.
         emptied = self.cgroup.kill_all() if self.cgroup is not None else False
@@ -202,6 +250,14 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._fds.clear()
         self._give_back(self._slot, emptied)
         remove_tree(self.state_dir)
+
+
+def _exit_code(status: int) -> int:
+    """The shell's exit code for a wait status the sandbox reported (untrusted: checked)."""
+    try:
+        return shell_exit_code(os.waitstatus_to_exitcode(status))
+    except ValueError as exc:
+        raise SandboxError(f"the sandbox reported an impossible exit status {status}") from exc
 
 
 @dataclass
@@ -285,7 +341,7 @@ class BubblewrapBackend(SandboxBackend):
         try:
             slot = self._take_slot(session_id)
             sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, self._etc_copy(),
-                                        slot, self._give_back)
+                                        slot, self._give_back, server_binary() if self.settings.exec_server else None)
         except BaseException:
             if slot is not None:
                 slot.destroy()

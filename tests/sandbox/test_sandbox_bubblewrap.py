@@ -48,7 +48,8 @@ def test_layout_isolation_and_capabilities(local: BubblewrapBackend, tmp_path: P
         assert "SECRET" not in out and "CapEff:\t0000000000000000" in out and out.count("Read-only file system") == 2
         shadow = box.exec("cat /etc/shadow").output  # commands run as uid 0: root-only files are left out
         assert "root:" not in shadow and "No such file" in shadow
-        assert set(box.exec("ps -eo comm").output.split()) == {"COMMAND", "bwrap", "ps"}  # own pid namespace
+        # Own pid namespace: the session's exec server (pid 1) and its command supervisor, nothing of the host.
+        assert set(box.exec("ps -eo comm").output.split()) == {"COMMAND", "exec-server", "ps"}
         assert not Path("/newfile").exists() and box.read_file("/tmp/t") == b"x\n"
         assert box.write_file("notes/../notes/a.txt", b"hi") == "/workspace/src/notes/a.txt"
         assert box.read_file("/etc/hostname") == Path("/etc/hostname").read_bytes()  # what commands see

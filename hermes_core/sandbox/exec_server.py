@@ -1,0 +1,255 @@
+"""The parent side of a `local` sandbox's exec server (exec_server.c): one bubblewrap per session
+instead of one per command.
+
+The server is started at a session's first command, as pid 1 of a bubblewrap sandbox with exactly the
+layout, namespaces, cgroup and dropped capabilities a per-command bubblewrap had. Each command is then
+a message on a socket to it, carrying the command's own socket and its stdin, stdout and stderr; the
+server forks a supervisor that runs the command and answers with its wait status. Output never passes
+through the server: the command writes into pipes this process reads, capped as before.
+
+Everything the sandbox sends is untrusted: a status is exactly 5 bytes, anything else (or silence
+past the timeout, or an end of file) is a SandboxError, and a dead server fails the sandbox for good.
+Without a C compiler the backend keeps one bubblewrap per command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import selectors
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from array import array
+from pathlib import Path
+from typing import Callable
+
+from hermes_core.sandbox.base import SandboxError
+
+SOURCE = Path(__file__).with_name("exec_server.c")
+START_TIMEOUT_S = 10.0
+KILL_TIMEOUT_S = 5.0  # from asking for a kill to the status: the supervisor only has to SIGKILL and reap
+DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped the supervisor
+_STATUS = struct.Struct("=ci")
+_build_lock = threading.Lock()
+_built: dict[str, Path | None] = {}
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hermes-foundry"
+
+
+def server_binary() -> Path | None:
+    """The compiled server (static, cached per source hash in a folder only this user may write:
+    sandboxes run it), or None when there is no C compiler or it fails (one bubblewrap per command)."""
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    with _build_lock:
+        if digest in _built:
+            return _built[digest]
+        _built[digest] = _build(digest)
+        return _built[digest]
+
+
+def _build(digest: str) -> Path | None:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    folder = _cache_dir()
+    target = folder / f"exec-server-{digest}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = folder.stat()
+        if info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return None  # others could replace what runs in every sandbox
+        if target.is_file():
+            return target
+        if compiler is None:
+            return None
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            built = Path(scratch) / "exec-server"
+            done = subprocess.run([compiler, "-static", "-O2", "-o", str(built), str(SOURCE)], capture_output=True,
+                                  timeout=120)
+            if done.returncode != 0:
+                return None
+            built.chmod(0o555)
+            os.replace(built, target)  # atomic: another process may be building it too
+        return target
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _request(argv: list[str], cwd: str, env: dict[str, str]) -> bytes:
+    items = [cwd, *argv, *(f"{key}={value}" for key, value in env.items())]
+    if any("\0" in item for item in items):
+        raise SandboxError("commands, paths and environment values cannot contain NUL bytes")
+    body = struct.pack("=II", len(argv), len(env)) + b"".join(item.encode("utf-8", "surrogateescape") + b"\0"
+                                                              for item in items)
+    return struct.pack("=I", len(body)) + body
+
+
+class ExecServer:
+    """One sandbox's server: `launch` starts it (the launcher process is what `argv` runs), `call`
+    runs a command through it, `stop` ends it and with it every process of the sandbox."""
+
+    def __init__(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
+                 pass_fds: tuple[int, ...]) -> None:
+        ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        exe = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
+        log_path = cwd / "exec-server.log"
+        try:
+            with open(log_path, "wb") as log:
+                self.proc = subprocess.Popen(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env,
+                                             start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
+        except OSError as exc:
+            ctl.close()
+            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+        finally:
+            theirs.close()
+            os.close(exe)
+        self._ctl: socket.socket | None = ctl
+        self._lock = threading.Lock()
+        self.failure: str | None = None
+        ctl.settimeout(START_TIMEOUT_S)
+        try:
+            ready = ctl.recv(1)
+        except OSError:
+            ready = b""
+        if ready != b"R":
+            detail = log_path.read_text(errors="replace").strip()[-2000:] or "it exited before it was ready"
+            self.stop()
+            raise SandboxError(f"could not start the sandbox: {detail}")
+
+    def _fail(self, why: str) -> SandboxError:
+        """The sandbox is unusable from now on: every later command gets the same error."""
+        if self._ctl is None:
+            return SandboxError("the sandbox was closed while the command ran")
+        if self.failure is None:
+            self.failure = f"the sandbox failed: its exec server {why}; the sample's sandbox has to be recreated"
+        return SandboxError(self.failure)
+
+    def _send(self, fds: list[int]) -> None:
+        with self._lock:
+            if self.failure:
+                raise SandboxError(self.failure)
+            if self._ctl is None:
+                raise SandboxError("the sandbox is closed")
+            try:
+                self._ctl.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", fds))])
+            except OSError as exc:
+                raise self._fail(f"is gone ({exc.strerror or exc})") from exc
+
+    def call(self, argv: list[str], cwd: str, env: dict[str, str], timeout: float, stdin: bytes | None,
+             out: Callable[[bytes], None], err: Callable[[bytes], None] | None) -> int | None:
+        """Run `argv`; its stdout goes to `out`, its stderr to `err` (None: to `out`, interleaved).
+        Returns the raw wait status, or None when `timeout` passed and the command's tree was killed."""
+        request = _request(argv, cwd, env)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe() if err else (-1, out_w)
+        in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+        try:
+            self._send([theirs.fileno(), in_r, out_w, err_w])
+        finally:
+            theirs.close()
+            for fd in {in_r, out_w, err_w}:
+                os.close(fd)
+        readers = {out_r: out, **({err_r: err} if err else {})}
+        try:
+            return self._follow(mine, request, readers, in_w, stdin or b"", timeout)
+        finally:
+            mine.close()
+            for fd in [*readers, in_w]:
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # stdin, closed once written
+
+    def _follow(self, mine: socket.socket, request: bytes, readers: dict[int, Callable[[bytes], None]],
+                in_w: int, data: bytes, timeout: float) -> int | None:
+        mine.settimeout(START_TIMEOUT_S)
+        try:
+            mine.sendall(request)
+        except OSError as exc:
+            raise self._fail(f"did not take the command ({exc})") from exc
+        mine.setblocking(False)
+        status, killed, drain_until = b"", False, None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(mine, selectors.EVENT_READ)
+            for fd in readers:
+                selector.register(fd, selectors.EVENT_READ)
+            if in_w >= 0:
+                os.set_blocking(in_w, False)
+                selector.register(in_w, selectors.EVENT_WRITE)
+            while True:
+                now = time.monotonic()
+                if len(status) == _STATUS.size:
+                    drain_until = drain_until or now + DRAIN_AFTER_EXIT_S
+                    if not set(readers) & set(selector.get_map()) or now >= drain_until:
+                        break
+                elif now >= deadline and not killed:
+                    killed, deadline = True, now + KILL_TIMEOUT_S
+                    try:
+                        mine.send(b"K")
+                    except OSError:
+                        pass  # the supervisor is gone: the end of file below says so
+                elif now >= deadline:
+                    raise self._fail(f"did not stop a command within {KILL_TIMEOUT_S:.0f} s of its timeout")
+                wait = (drain_until if drain_until else deadline) - now
+                for key, _ in selector.select(timeout=max(0.0, min(wait, 0.5))):
+                    fd = key.fd
+                    if fd == in_w:
+                        try:
+                            written = os.write(in_w, data[:65536])
+                        except OSError:  # the command stopped reading
+                            written, data = 0, b""
+                        data = data[written:]
+                        if not data:
+                            selector.unregister(in_w)
+                            os.close(in_w)
+                            in_w = -1
+                    elif key.fileobj is mine:
+                        try:
+                            chunk = mine.recv(_STATUS.size - len(status) + 1)
+                        except OSError:  # reset: the other end is gone
+                            chunk = b""
+                        if not chunk:
+                            selector.unregister(mine)
+                            if len(status) < _STATUS.size:
+                                raise self._fail("stopped while running a command (killed, or out of memory)")
+                            continue
+                        status += chunk
+                        if len(status) > _STATUS.size or (len(status) == _STATUS.size and status[:1] != b"S"):
+                            raise self._fail("sent a malformed answer")
+                    else:
+                        chunk = os.read(fd, 65536)
+                        if chunk:
+                            readers[fd](chunk)
+                        else:
+                            selector.unregister(fd)
+        return None if killed else _STATUS.unpack(status)[1]
+
+    def alive(self) -> bool:
+        return self.failure is None and self._ctl is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Close the control socket: the server, pid 1 of the sandbox, exits and the kernel ends every
+        process of the sandbox. Idempotent."""
+        with self._lock:
+            ctl, self._ctl = self._ctl, None
+        if ctl is not None:
+            ctl.close()
+        try:
+            self.proc.wait(timeout=KILL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except OSError:
+                pass
+            self.proc.wait()

@@ -1,0 +1,165 @@
+"""The `local` backend's exec server (hermes_core/sandbox/exec_server.py + exec_server.c): one bubblewrap
+per session, commands forked inside it. Exit codes, caps, timeouts, cwd/env, what commands can do to
+the server, a server that dies or lies, and the per-command fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hermes_core.sandbox import SandboxError, SandboxSettings
+from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
+from hermes_core.sandbox.exec_server import ExecServer, server_binary
+from procs import marker, processes_with, wait_until
+
+pytestmark = pytest.mark.skipif(server_binary() is None, reason="no C compiler: commands run one bubblewrap each")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> SandboxSettings:
+    return SandboxSettings(state_root=tmp_path / "state")
+
+
+@pytest.fixture
+def backend(settings: SandboxSettings) -> Iterator[BubblewrapBackend]:
+    with BubblewrapBackend(settings) as local:
+        yield local
+    assert session_leftovers(settings.state_root) == []
+
+
+def test_commands_share_one_sandbox_and_report_exit_codes(backend: BubblewrapBackend) -> None:
+    with backend.open("codes", cwd="/srv/app") as box:
+        assert box.exec("exit 0").exit_code == 0 and box.exec("exit 3").exit_code == 3
+        assert box.exec("kill -TERM $$").exit_code == 128 + 15  # killed by a signal: shell convention
+        assert box.exec("no-such-command-here").exit_code == 127
+        first = box.exec("echo $$; cat /proc/1/comm").output.split()
+        second = box.exec("echo $$; cat /proc/1/comm").output.split()
+        assert first[1] == second[1] == "exec-server" and first[0] != second[0]  # one server, new processes
+        assert box._server is not None and box._server.alive()
+        env = dict(line.split("=", 1) for line in box.exec("env").output.splitlines() if "=" in line)
+        assert env["HOME"] == "/srv/app" and env["TERM"] == "dumb" and box.exec("pwd").output == "/srv/app\n"
+        assert box.exec("cd /tmp; pwd").output == "/tmp\n" and box.exec("pwd").output == "/srv/app\n"
+        started = time.monotonic()
+        assert box.exec("cat; echo done", timeout=10).output == "done\n" and time.monotonic() - started < 5
+
+
+def test_host_secrets_do_not_reach_commands(backend: BubblewrapBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    with backend.open("env") as box:
+        assert "sk-secret" not in box.exec("env; cat /proc/1/environ").output
+
+
+def test_output_is_capped_head_and_tail(settings: SandboxSettings) -> None:
+    with BubblewrapBackend(dataclasses.replace(settings, output_cap_bytes=1000)) as local, local.open("cap") as box:
+        result = box.exec("seq 1 200000; echo err >&2")
+        assert result.truncated and result.exit_code == 0 and len(result.output.encode()) < 1100
+        assert result.output.startswith("1\n2\n3\n") and result.output.endswith("200000\nerr\n")
+        big = os.urandom(3 << 20)  # files are not capped, both ways
+        box.write_file("big.bin", big)
+        assert box.read_file("big.bin") == big
+
+
+def test_timeout_kills_the_whole_tree(backend: BubblewrapBackend) -> None:
+    tag = marker()
+    with backend.open("timeout") as box:
+        started = time.monotonic()
+        result = box.exec(f"trap '' TERM; (setsid sh -c 'sleep {tag}' &); (sleep {tag} &); sleep {tag}", timeout=1)
+        assert result.timed_out and result.exit_code is None and time.monotonic() - started < 5
+        assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=3), processes_with(f"sleep {tag}")
+        assert box.exec("echo still here").output == "still here\n"
+        # Left behind by a command that ended normally: they end with it, as in a pid namespace of its own.
+        assert box.exec(f"sleep {tag}1 > /dev/null 2>&1 & setsid sleep {tag}2 > /dev/null 2>&1 & echo ok").output == "ok\n"
+        assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=3)
+
+
+def test_parallel_commands_and_file_operations(backend: BubblewrapBackend) -> None:
+    """execute_code runs a program while another thread reads and writes the channel's files."""
+    with backend.open("parallel") as box:
+        results: list[str] = []
+        slow = threading.Thread(target=lambda: results.append(box.exec("sleep 0.5; cat late.txt").output))
+        slow.start()
+        box.write_file("late.txt", b"written meanwhile\n")
+        outputs = [box.exec(f"echo {n}").output for n in range(20)]
+        slow.join()
+        assert outputs == [f"{n}\n" for n in range(20)] and results == ["written meanwhile\n"]
+
+
+def test_commands_cannot_reach_or_stop_the_server(backend: BubblewrapBackend) -> None:
+    with backend.open("probe") as box:
+        out = box.exec("readlink /proc/1/fd/3 || echo no-link; cat /proc/1/fd/0; cat /proc/1/exe | head -c 4; "
+                       "cat /proc/1/maps | head -1; kill -9 1; grep CapEff /proc/self/status").output
+        assert "no-link" in out and "socket" not in out and out.count("Permission denied") >= 3, out
+        assert "ELF" not in out and "CapEff:\t0000000000000000" in out
+        assert box.exec("echo alive").output == "alive\n"  # pid 1 ignores signals from its namespace
+        assert not [name for name in box.exec("ls -A /").output.split() if "exec" in name]  # no file of it inside
+
+
+def test_a_server_killed_mid_command_fails_the_sandbox_clearly(backend: BubblewrapBackend) -> None:
+    tag = marker()
+    box = backend.open("killed")
+    assert box.exec("true").exit_code == 0
+    box.spawn(f"sleep {tag}")  # background jobs are bubblewraps of their own
+    launcher = box._server.proc
+    killer = threading.Timer(0.5, lambda: os.killpg(launcher.pid, signal.SIGKILL))
+    killer.start()
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match="the sandbox failed: its exec server"):
+        box.exec(f"sleep {tag}", timeout=30)
+    assert time.monotonic() - started < 10
+    with pytest.raises(SandboxError, match="the sandbox failed"):
+        box.exec("echo again")
+    box.close()
+    assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=3)
+    with backend.open("next sample") as following:  # the next sample (the slot reused) is unaffected
+        assert following.exec("echo fine").output == "fine\n" and following.read_file("/etc/hostname")
+
+
+def _lying_server(tmp_path: Path, behaviour: str) -> ExecServer:
+    """An ExecServer whose 'sandbox' is a Python script that answers commands wrongly."""
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "import os, socket, sys, time\n"
+        "ctl = socket.socket(fileno=int(sys.argv[1]))\n"
+        "ctl.send(b'R')\n"
+        "while True:\n"
+        "    msg, fds, _, _ = socket.recv_fds(ctl, 1, 4)\n"
+        "    if not msg: break\n"
+        "    sock = socket.socket(fileno=fds[0])\n"
+        f"    behaviour = {behaviour!r}\n"
+        "    if behaviour == 'garbage': sock.sendall(b'X' * 4096)\n"
+        "    elif behaviour == 'silent': time.sleep(60)\n"
+        "    elif behaviour == 'hangup': sock.close()\n")
+    argv = lambda ctl, exe: [sys.executable, str(script), str(ctl)]  # noqa: E731
+    return ExecServer(argv, Path(sys.executable), tmp_path, dict(os.environ), ())
+
+
+@pytest.mark.parametrize("behaviour, message", [("garbage", "malformed"), ("silent", "did not stop"),
+                                                # a hang-up may come before the request is sent
+                                                ("hangup", "stopped while running|did not take the command")])
+def test_the_parent_trusts_nothing_the_server_sends(tmp_path: Path, behaviour: str, message: str) -> None:
+    server = _lying_server(tmp_path, behaviour)
+    try:
+        started = time.monotonic()
+        with pytest.raises(SandboxError, match=message):
+            server.call(["/bin/true"], "/", {}, 0.5, None, lambda chunk: None, None)
+        assert time.monotonic() - started < 15
+        with pytest.raises(SandboxError, match="the sandbox failed"):
+            server.call(["/bin/true"], "/", {}, 0.5, None, lambda chunk: None, None)
+    finally:
+        server.stop()
+
+
+def test_without_the_server_each_command_is_a_bubblewrap(settings: SandboxSettings) -> None:
+    with BubblewrapBackend(dataclasses.replace(settings, exec_server=False)) as local, local.open("plain") as box:
+        assert set(box.exec("ps -eo comm").output.split()) == {"COMMAND", "bwrap", "ps"}
+        assert box.exec("exit 4").exit_code == 4 and box._server is None
+        box.write_file("f", b"x")
+        assert box.read_file("f") == b"x"
