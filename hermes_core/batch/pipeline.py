@@ -24,10 +24,11 @@ from hermes_core.batch.ledgers import check_one_ledger, open_ledger
 from hermes_core.batch.recipe import Recipe, RecipeError, load_hermes_text
 from hermes_core.batch.records import RunContext, SampleJob
 from hermes_core.batch.runner import run_jobs
+from hermes_core.batch.workers import WorkerFailed
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.endpoints import SIMULATED_MODEL_ID
 from hermes_core.endpoints.model_client import is_config_error, preflight
-from hermes_core.batch.stats import compute_statistics
+from hermes_core.batch.stats import compute_statistics, format_summary
 from hermes_core.batch.stopping import StopRequest, interrupt
 from hermes_core.batch.writer_lock import holding
 
@@ -281,8 +282,12 @@ def _run_partitions(
         if on_batch_done and not remaining[key]:
             on_batch_done(outcomes[key])
     check_budget()
+    failure: WorkerFailed | None = None
     with backend:  # frees the sandbox slots it keeps between samples
-        run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or early_stop.reason)
+        try:
+            run_jobs(jobs, recipe, endpoint, ctx, backend, record, stop=lambda: interrupt.reason or early_stop.reason)
+        except WorkerFailed as exc:  # the others' samples are recorded: account for the invocation, then raise
+            failure = exc
     for key in partition_keys:
         ledger.compact(key)  # on object storage: one object to read per batch instead of one per sample
     samples_run = sum(o.run for o in outcomes.values())
@@ -291,6 +296,8 @@ def _run_partitions(
                                        "samples_run": samples_run, "stopped": stopped,
                                        "reaped_leftovers": reaped, "sandbox_backend": backend.name,
                                        "dagster_run_id": dagster_run_id})
+    if failure:
+        raise failure
     return outcomes, stopped
 
 
@@ -351,6 +358,13 @@ def last_stop(paths: RunPaths) -> str | None:
 
 def read_statistics(paths: RunPaths) -> dict[str, Any]:
     return json.loads(paths.statistics.read_text())
+
+
+def summary(paths: RunPaths) -> str:
+    """What hermes-batch prints at its end: the run's statistics and where its outputs are."""
+    outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
+               "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}
+    return format_summary(read_statistics(paths), outputs, simulated=served_by_simulator(paths))
 
 
 def served_by_simulator(paths: RunPaths) -> bool:

@@ -1,13 +1,16 @@
 """Runs sample jobs through one pool of concurrent agent sessions and records each as it ends.
 
 One pool spans all batches of an invocation, so there is no idle tail at the end of each batch;
-records are handed to `on_record` the moment a sample finishes (the ledger fsyncs them).
+records are handed to `on_record` the moment a sample finishes (the ledger fsyncs them). A pool of
+many sessions is spread over worker processes (workers.py), its records still handed to
+`on_record` in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections import deque
 from typing import Any, Callable
 
 import aiohttp
@@ -17,6 +20,7 @@ from hermes_core.config import Endpoint
 from hermes_core.endpoints.model_client import http_session
 from hermes_core.batch.records import RunContext, SampleJob, build_record
 from hermes_core.batch.recipe import Recipe
+from hermes_core.batch.workers import NextIndex, process_count, run_in_processes
 from hermes_core.sandbox import SandboxBackend
 from hermes_core.tools.backends import ToolBackends
 
@@ -35,14 +39,36 @@ def run_jobs(
     stop: Callable[[], str | None] = lambda: None,
 ) -> None:
     """Blocking: run every job with at most `recipe.num_workers` sessions at once. Once `stop()`
-    gives a reason, no new job starts; the ones in flight finish and are recorded."""
+    gives a reason, no new job starts; the ones in flight finish and are recorded. With many
+    sessions they run in worker processes (`workers.process_count`); a worker that dies raises
+    `workers.WorkerFailed` once the others have finished."""
     if not jobs:
         return
-    workers = min(recipe.num_workers, len(jobs))
-    backends = ToolBackends.resolve(recipe.tool_backends)  # once: the environment as the run starts
-    sample_budget = recipe.sample_budget()
+    sessions = min(recipe.num_workers, len(jobs))
+    pool = _Sessions(jobs, recipe, endpoint, ctx, backend)
+    processes = process_count(sessions)
+    if processes > 1:
+        run_in_processes(len(jobs), sessions, processes, pool.serve, backend, on_record, stop)
+        return
+    queue = deque(range(len(jobs)))
 
-    async def session(job: SampleJob, http: aiohttp.ClientSession) -> dict[str, Any]:
+    async def next_index(_position: int) -> int | None:
+        return queue.popleft() if queue and not stop() else None
+
+    asyncio.run(pool.serve(list(range(sessions)), next_index, lambda _index, record: on_record(record)))
+
+
+class _Sessions:
+    """Agent sessions over `jobs`, in whichever process serves them."""
+
+    def __init__(self, jobs: list[SampleJob], recipe: Recipe, endpoint: Endpoint, ctx: RunContext,
+                 backend: SandboxBackend) -> None:
+        self.jobs, self.recipe, self.endpoint, self.ctx, self.backend = jobs, recipe, endpoint, ctx, backend
+        self.tool_backends = ToolBackends.resolve(recipe.tool_backends)  # once: the environment as the run starts
+        self.sample_budget = recipe.sample_budget()
+
+    async def session(self, job: SampleJob, http: aiohttp.ClientSession) -> dict[str, Any]:
+        recipe, endpoint = self.recipe, self.endpoint
         agent = AIAgent(
             model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, quiet_mode=True,
             enabled_toolsets=job.toolsets, max_iterations=recipe.max_turns,
@@ -52,31 +78,30 @@ def run_jobs(
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
             request_timeout_s=endpoint.request_timeout_s, sample_timeout_s=endpoint.sample_timeout_s,
             max_concurrent_requests=endpoint.max_concurrent_requests,
-            sandbox_backend=backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
-            tool_call_mode=recipe.tool_call_mode, tool_backends=backends, sample_budget=sample_budget,
+            sandbox_backend=self.backend, image=job.sample.image, cwd=job.sample.cwd, http_client=http,
+            tool_call_mode=recipe.tool_call_mode, tool_backends=self.tool_backends, sample_budget=self.sample_budget,
+            hermes_text=self.ctx.hermes_text,
         )
         result = await agent.arun_conversation(job.sample.prompt, task_id=job.sample.sample_key[:16])
-        return build_record(job, result, ctx)
+        return build_record(job, result, self.ctx)
 
-    async def main() -> None:
+    async def serve(self, positions: list[int], next_index: NextIndex,
+                    on_done: Callable[[int, dict[str, Any]], None]) -> None:
+        """One session per position until `next_index` gives None; each record to `on_done`."""
         # Tools run in threads: one per session, or sessions would queue behind each other's commands.
         asyncio.get_running_loop().set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="hermes-tool")
+            concurrent.futures.ThreadPoolExecutor(max_workers=len(positions) + 4, thread_name_prefix="hermes-tool")
         )
-        queue: asyncio.Queue[SampleJob] = asyncio.Queue()
-        for job in jobs:
-            queue.put_nowait(job)
-        async with http_session(endpoint.request_timeout_s, connections=workers) as http:
+        async with http_session(self.endpoint.request_timeout_s, connections=len(positions)) as http:
 
             async def worker(position: int) -> None:
                 # Staggered starts: sessions started together stay in lockstep, each model reply
                 # and each sandbox command arriving for all of them at once, so every burst queues
                 # for the CPU. 15 ms apart (64 sessions: ~1 s, once per run) the work spreads over
                 # the cycle: 64 x 2,000 went from 40 to 36 s of sampling (bench/throughput.py).
+                # Positions are run-wide, so starts stay 15 ms apart across worker processes.
                 await asyncio.sleep(min(position * START_GAP_S, MAX_START_SPREAD_S))
-                while not queue.empty() and not stop():
-                    on_record(await session(queue.get_nowait(), http))
+                while (index := await next_index(position)) is not None:
+                    on_done(index, await self.session(self.jobs[index], http))
 
-            await asyncio.gather(*(worker(position) for position in range(workers)))
-
-    asyncio.run(main())
+            await asyncio.gather(*(worker(position) for position in positions))

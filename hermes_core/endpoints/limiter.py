@@ -106,3 +106,18 @@ class RequestLimiter:
                 self.window = float(self.cap)
             elif not self.cap and self.window >= 1024:
                 self.window = math.inf
+
+
+def _forget_inherited_limiters() -> None:
+    """In a forked child (batch worker processes): the parent's slot files are open file descriptions
+    shared with it, and flock treats holders of one description as one, so two workers could take
+    the same slot. Drop them (closing our copies releases nothing the parent holds); the child opens
+    its own on first use."""
+    for limiter in RequestLimiter._shared.values():
+        for fd in limiter._fds:
+            os.close(fd)
+    RequestLimiter._shared = {}
+    RequestLimiter._shared_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_inherited_limiters)
