@@ -7,10 +7,7 @@ import gc
 import os
 import sys
 import threading
-import warnings
 from pathlib import Path
-
-import dagster as dg
 
 from hermes_core.formats import hf_loading
 from hermes_core.formats.hermes_agent_text import HERMES_AGENT_PYTHON_ENV
@@ -18,28 +15,20 @@ from hermes_core.batch import pipeline
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, data_root, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.endpoints.request_options import add_request_arguments, request_settings
-from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
 from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
-from hermes_core.api_server.settings import add_serve_arguments
-from hermes_core.exports import add_export_arguments, run_export
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.settled import settled_check_lines
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
 from hermes_core.batch.writer_lock import RunBusy, claim_run, holding, release_claims
-from hermes_core.endpoints.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
-from hermes_core.batch.stats import format_summary
-from hermes_core.batch.stopping import interrupt
-from hermes_assets.instance import get_instance
-from hermes_assets.resources import MODEL_POOL
-from hermes_assets.checks import blocking_failures, format_check_results
-from hermes_assets.definitions import build_definitions
-from hermes_assets.launch import UiReload, execute_job, first_error, run_config
-from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
-from hermes_assets.slots import wait_for_slot
-from hermes_assets.versions import run_tags
+from hermes_core.exports import add_export_arguments, run_export
+from hermes_core.endpoints.local_model import DEFAULT_CONTEXT, LocalModelError, LocalModelServer
+
+# Dagster (hermes_assets.phases, launch), the API server and the exports are imported where they are
+# used: together about a second and a half that a resume with nothing to do never needs.
 
 ENVIRONMENT_HELP = """
 environment (flags win):
@@ -184,8 +173,6 @@ def _recipe(args: argparse.Namespace, endpoint: Endpoint) -> Recipe:
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    if not args.plan_only:
-        hf_loading.start_loader()  # the check after the run loads the output with HF datasets
     root = data_root(args.output_dir)
     if args.ledger_url:  # a deployment setting like the data root: every step of this process reads it
         os.environ["HERMES_LEDGER_URL"] = args.ledger_url
@@ -203,84 +190,49 @@ def run_batch(args: argparse.Namespace) -> int:
     saved = folder / "recipe.json"
     before = saved.read_bytes() if saved.is_file() else None
     save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
-    # A new run or a changed recipe changes the code location: the UI reloads it while this run works.
-    reload = UiReload(recipe.run_name) if saved.read_bytes() != before else None
     backend = pipeline.sandbox_backend(recipe)
     if not backend.isolated:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
               file=sys.stderr)
-    code = _run_phases(args, root, recipe, endpoint, dataset.sha256)
+    paths, instance_files = RunPaths(folder), _instance_files()
+    if saved.read_bytes() == before and (lines := settled_check_lines(paths, dataset.path, instance_files)) is not None:
+        return _settled(args, recipe, paths, lines)
+    if not args.plan_only:
+        hf_loading.start_loader()  # the check after the run loads the output with HF datasets
+    from hermes_assets.launch import UiReload
+    from hermes_assets.phases import run_phases  # Dagster: only now that there is work for it
+
+    gc.freeze()  # what these imports made, as batch_main does for its own
+    # A new run or a changed recipe changes the code location: the UI reloads it while this run works.
+    reload = UiReload(recipe.run_name) if saved.read_bytes() != before else None
+    code = run_phases(args, root, recipe, endpoint, dataset.sha256, instance_files)
     if reload:
         reload.report()
     return code
 
 
-def _run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: Endpoint, dataset_sha256: str) -> int:
-    """Plan, run the pending batches, finalize: each phase a run of the run's own job (launch.py)."""
-    run, paths = recipe.run_name, RunPaths(run_dir(root, recipe.run_name))
-    defs = build_definitions(root, recipes=[recipe])  # the run's part of the code location
-    config = run_config(args.verbose, endpoint.base_url, args.api_key, args.max_retries, args.max_concurrent_requests)
-    instance = get_instance()  # once: each load costs ~0.4 s
-    hermes_tags = run_tags(recipe, dataset_sha256)  # the Runs page filters on these
+def _instance_files() -> list[Path]:
+    """The files naming the Dagster instance the runs go to (instance.py's DAGSTER_HOME, default
+    ./dagster_home): a resume against another or a wiped instance is not settled (settled.py)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or "dagster_home").resolve()
+    return [home / "dagster.yaml", home / "history" / "runs.db"]
 
-    def phase(job_name: str, ops: dict | None = None, tags: dict[str, str] | None = None,
-              skip: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
-        job = defs.resolve_job_def(job_name)
-        keys = job.asset_layer.selected_asset_keys
-        kept = {key for key in keys if key.path[-1] not in skip}
-        return execute_job(instance, job, {**config, **({"ops": ops} if ops else {})}, {**hermes_tags, **(tags or {})},
-                           assets=kept if kept != keys else None)
 
-    planned = phase(plan_job_name(run))
-    if not planned.success:
-        raise RecipeError(first_error(planned))
+def _settled(args: argparse.Namespace, recipe: Recipe, paths: RunPaths, check_lines: list[str]) -> int:
+    """A resume of a settled run: what the full path would print, without its Dagster runs (it would
+    plan nothing, run nothing and rebuild the same outputs)."""
     todo = pipeline.plan(recipe, paths)
     if args.plan_only:
         print(todo.describe())
         return 0
-    pending = todo.partitions
-    if pending and recipe.endpoint_preflight:
-        try:
-            preflight(recipe.with_timeouts(endpoint))  # before Dagster: a bad endpoint is one line, not a failed run
-        except EndpointConfigError as exc:
-            print(f"error: {exc}. No sample was sent; fix it and run the same command.", file=sys.stderr)
-            return 2
-    raw_ok = True
-    if pending:
-        wait_for_slot(instance, MODEL_POOL)  # Ctrl-C while waiting: KeyboardInterrupt, nothing was spent
-        raw = phase(raw_job_name(run),
-                    ops={f"{run}__raw_trajectories": {"config": {"show_progress": True, "verbose": args.verbose}}},
-                    tags={"dagster/asset_partition_range_start": pending[0],
-                          "dagster/asset_partition_range_end": pending[-1]})
-        raw_ok = raw.success
-        if not raw_ok:
-            print(f"\n{first_error(raw)}", file=sys.stderr)
-    else:
-        print("nothing to run: every sample already has a final record", file=sys.stderr)
-    # The CLI stays free of pandas (~1 s to import): the samples table is built from the UI or by automation.
-    final = phase(finalize_job_name(run), skip=("samples",))
-    for line in format_check_results(final):
+    if todo.partitions:  # cannot be, the state being the one a clean end left; the full path then
+        raise RecipeError(f"run {recipe.run_name}: {todo.pending_samples} sample(s) pending in a settled run; "
+                          f"delete {paths.root / 'settled.json'} and run the same command")
+    print("nothing to run: every sample already has a final record", file=sys.stderr)
+    for line in check_lines:
         print(line, file=sys.stderr)
-    if blocked := blocking_failures(final):  # they stopped the steps after filtered_trajectories
-        print(f"error: blocking check(s) failed: {', '.join(blocked)}; statistics and the exports were not "
-              "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
-        return 1
-    if not final.success:
-        raise RecipeError(first_error(final))
-    stats = pipeline.read_statistics(paths)
-    outputs = {"trajectories": str(paths.trajectories), "statistics": str(paths.statistics),
-               "raw batches": str(paths.raw), "checkpoint": str(paths.checkpoint)}
-    print(format_summary(stats, outputs, simulated=pipeline.served_by_simulator(paths)))
-    stopped = pipeline.last_stop(paths) if pending else None
-    if is_config_error(stopped):
-        print(f"\nerror: {stopped}. The run stopped, as every later sample would fail the same way; fix it and "
-              "run the same command to resume.", file=sys.stderr)
-        return 2
-    if stopped:
-        print(f"\nstopped early: {stopped}. Samples in flight finished and are saved; run the same command to "
-              "resume (raise the budget first if it was one).", file=sys.stderr)
-        return 130 if interrupt.reason else 3
-    return 0 if raw_ok else 1
+    print(pipeline.summary(paths))
+    return 0
 
 
 def _tune_gc() -> None:
@@ -299,8 +251,6 @@ def _os_error(exc: OSError) -> str:
 
 def batch_main(argv: list[str] | None = None) -> int:
     _tune_gc()
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     parser = _batch_parser()
     args = parser.parse_args(argv)
     try:
@@ -383,6 +333,8 @@ def foundry_main(argv: list[str] | None = None) -> int:
                         ).add_argument("simulator_args", nargs=argparse.REMAINDER)
     serve_parser = commands.add_parser(
         "serve", help="OpenAI-compatible API server: each chat completion runs the full agent with its tools")
+    from hermes_core.api_server.settings import add_serve_arguments  # uvicorn, starlette: not for hermes-batch
+
     add_serve_arguments(serve_parser)
     export = commands.add_parser("export", help="export a run for training: HF datasets/Parquet, TRL messages, Hub push")
     add_export_arguments(export)

@@ -1,0 +1,100 @@
+"""hermes-batch's Dagster part: plan, run the pending batches, finalize, each phase a run of the run's
+own job (launch.py). The CLI imports this module only once it knows there is work for Dagster:
+importing it (Dagster, ~1 s) and loading the instance are most of a short command's start-up."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import dagster as dg
+
+from hermes_core.batch import pipeline
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
+from hermes_core.batch.settled import save_settled
+from hermes_core.batch.stopping import interrupt
+from hermes_core.config import Endpoint
+from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
+from hermes_assets.checks import blocking_failures, format_check_results
+from hermes_assets.definitions import build_definitions
+from hermes_assets.instance import get_instance
+from hermes_assets.launch import execute_job, first_error, run_config
+from hermes_assets.resources import MODEL_POOL
+from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
+from hermes_assets.slots import wait_for_slot
+from hermes_assets.versions import run_tags
+
+
+def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: Endpoint, dataset_sha256: str,
+               instance_files: list[Path]) -> int:
+    """Plan, run the pending batches, finalize: each phase a run of the run's own job (launch.py).
+    A clean end saves the run as settled (settled.py): the next command with nothing to do skips all this."""
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    run, paths = recipe.run_name, RunPaths(run_dir(root, recipe.run_name))
+    defs = build_definitions(root, recipes=[recipe])  # the run's part of the code location
+    config = run_config(args.verbose, endpoint.base_url, args.api_key, args.max_retries, args.max_concurrent_requests)
+    instance = get_instance()  # once: each load costs ~0.4 s
+    hermes_tags = run_tags(recipe, dataset_sha256)  # the Runs page filters on these
+
+    def phase(job_name: str, ops: dict | None = None, tags: dict[str, str] | None = None,
+              skip: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
+        job = defs.resolve_job_def(job_name)
+        keys = job.asset_layer.selected_asset_keys
+        kept = {key for key in keys if key.path[-1] not in skip}
+        return execute_job(instance, job, {**config, **({"ops": ops} if ops else {})}, {**hermes_tags, **(tags or {})},
+                           assets=kept if kept != keys else None)
+
+    planned = phase(plan_job_name(run))
+    if not planned.success:
+        raise RecipeError(first_error(planned))
+    todo = pipeline.plan(recipe, paths)
+    if args.plan_only:
+        print(todo.describe())
+        return 0
+    pending = todo.partitions
+    if pending and recipe.endpoint_preflight:
+        try:
+            preflight(recipe.with_timeouts(endpoint))  # before Dagster: a bad endpoint is one line, not a failed run
+        except EndpointConfigError as exc:
+            print(f"error: {exc}. No sample was sent; fix it and run the same command.", file=sys.stderr)
+            return 2
+    raw_ok = True
+    if pending:
+        wait_for_slot(instance, MODEL_POOL)  # Ctrl-C while waiting: KeyboardInterrupt, nothing was spent
+        raw = phase(raw_job_name(run),
+                    ops={f"{run}__raw_trajectories": {"config": {"show_progress": True, "verbose": args.verbose}}},
+                    tags={"dagster/asset_partition_range_start": pending[0],
+                          "dagster/asset_partition_range_end": pending[-1]})
+        raw_ok = raw.success
+        if not raw_ok:
+            print(f"\n{first_error(raw)}", file=sys.stderr)
+    else:
+        print("nothing to run: every sample already has a final record", file=sys.stderr)
+    # The CLI stays free of pandas (~1 s to import): the samples table is built from the UI or by automation.
+    final = phase(finalize_job_name(run), skip=("samples",))
+    check_lines = format_check_results(final)
+    for line in check_lines:
+        print(line, file=sys.stderr)
+    if blocked := blocking_failures(final):  # they stopped the steps after filtered_trajectories
+        print(f"error: blocking check(s) failed: {', '.join(blocked)}; statistics and the exports were not "
+              "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
+        return 1
+    if not final.success:
+        raise RecipeError(first_error(final))
+    print(pipeline.summary(paths))
+    stopped = pipeline.last_stop(paths) if pending else None
+    if is_config_error(stopped):
+        print(f"\nerror: {stopped}. The run stopped, as every later sample would fail the same way; fix it and "
+              "run the same command to resume.", file=sys.stderr)
+        return 2
+    if stopped:
+        print(f"\nstopped early: {stopped}. Samples in flight finished and are saved; run the same command to "
+              "resume (raise the budget first if it was one).", file=sys.stderr)
+        return 130 if interrupt.reason else 3
+    if raw_ok:
+        save_settled(paths, Path(recipe.dataset_file), instance_files, check_lines)
+    return 0 if raw_ok else 1
