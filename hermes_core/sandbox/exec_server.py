@@ -159,19 +159,19 @@ class ExecServer:
             for fd in {in_r, out_w, err_w}:
                 os.close(fd)
         readers = {out_r: out, **({err_r: err} if err else {})}
+        # Each fd is closed exactly once: a second close could hit a number another thread has
+        # just been given (a concurrent command's pipe), which then fails with EBADF.
+        writer = [in_w] if in_w >= 0 else []  # _follow closes it once all of stdin is written
         try:
-            return self._follow(mine, request, readers, in_w, stdin or b"", timeout)
+            return self._follow(mine, request, readers, writer, stdin or b"", timeout)
         finally:
             mine.close()
-            for fd in [*readers, in_w]:
-                if fd >= 0:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass  # stdin, closed once written
+            for fd in [*readers, *writer]:
+                os.close(fd)
 
     def _follow(self, mine: socket.socket, request: bytes, readers: dict[int, Callable[[bytes], None]],
-                in_w: int, data: bytes, timeout: float) -> int | None:
+                writer: list[int], data: bytes, timeout: float) -> int | None:
+        in_w = writer[0] if writer else -1
         mine.settimeout(START_TIMEOUT_S)
         try:
             mine.sendall(request)
@@ -212,7 +212,7 @@ class ExecServer:
                         data = data[written:]
                         if not data:
                             selector.unregister(in_w)
-                            os.close(in_w)
+                            os.close(writer.pop())
                             in_w = -1
                     elif key.fileobj is mine:
                         try:

@@ -163,3 +163,27 @@ def test_without_the_server_each_command_is_a_bubblewrap(settings: SandboxSettin
         assert box.exec("exit 4").exit_code == 4 and box._server is None
         box.write_file("f", b"x")
         assert box.read_file("f") == b"x"
+
+
+def test_concurrent_sessions_writing_files_and_running_commands_keep_their_pipes(backend: BubblewrapBackend) -> None:
+    """Each fd closed once: a second close of a written stdin could close another session's fresh
+    pipe, whose command then failed with EBADF (seen as one failed terminal call in `make demo`)."""
+    failures: list[str] = []
+
+    def session(number: int) -> None:
+        with backend.open(f"busy {number}") as box:
+            for round_ in range(25):
+                try:
+                    box.write_file(f"f{round_}", f"{number}:{round_}".encode())
+                    result = box.exec(f"cat f{round_}")
+                    if result.output != f"{number}:{round_}" or result.exit_code != 0:
+                        failures.append(f"session {number} round {round_}: {result}")
+                except (OSError, SandboxError) as exc:
+                    failures.append(f"session {number} round {round_}: {exc!r}")
+
+    threads = [threading.Thread(target=session, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
