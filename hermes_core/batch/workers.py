@@ -20,8 +20,10 @@ import asyncio
 import ctypes
 import multiprocessing
 import os
+import queue
 import signal
 import sys
+import threading
 import traceback
 from collections import deque
 from contextlib import AbstractContextManager
@@ -181,19 +183,35 @@ async def _work(conn: Connection, positions: list[int], serve: Serve) -> None:
             os._exit(1)  # the parent is gone: nothing may outlive it, and nothing could be recorded
         waiting.pop(position).set_result(index)
 
+    # Messages to the parent go out from a thread of their own: a send from the loop could block on
+    # a full pipe while the parent blocks sending to this worker, whose replies only the loop reads
+    # (a deadlock seen with 512 sessions per worker). The loop never blocks; order is kept.
+    outbox: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+
+    def sender() -> None:
+        while (message := outbox.get()) is not None:
+            try:
+                conn.send(message)
+            except OSError:
+                os._exit(1)  # the parent is gone, as above
+
     async def next_index(position: int) -> int | None:
         waiting[position] = loop.create_future()
-        conn.send(("next", position))
+        outbox.put(("next", position))
         return await waiting[position]
 
     def on_done(index: int, record: dict[str, Any]) -> None:
-        conn.send(("record", index, record))
+        outbox.put(("record", index, record))
 
+    sending = threading.Thread(target=sender, name="hermes-worker-send", daemon=True)
+    sending.start()
     loop.add_reader(conn.fileno(), readable)
     try:
         await serve(positions, next_index, on_done)
     finally:
         loop.remove_reader(conn.fileno())
+        outbox.put(None)
+        sending.join()  # every record sent before the worker reports its end
 
 
 def _die_with(parent: int) -> None:
