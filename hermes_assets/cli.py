@@ -19,6 +19,7 @@ from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.settled import settled_check_lines
+from hermes_assets.instance import dagster_home
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
 from hermes_core.batch.writer_lock import RunBusy, claim_run, holding, release_claims
@@ -214,7 +215,7 @@ def run_batch(args: argparse.Namespace) -> int:
 def _instance_files() -> list[Path]:
     """The files naming the Dagster instance the runs go to (instance.py's DAGSTER_HOME, default
     ./dagster_home): a resume against another or a wiped instance is not settled (settled.py)."""
-    home = Path(os.environ.get("DAGSTER_HOME") or "dagster_home").resolve()
+    home = dagster_home()
     return [home / "dagster.yaml", home / "history" / "runs.db"]
 
 
