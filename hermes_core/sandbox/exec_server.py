@@ -35,8 +35,20 @@ START_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 5.0  # from asking for a kill to the status: the supervisor only has to SIGKILL and reap
 DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped the supervisor
 _STATUS = struct.Struct("=ci")
+# Sandboxes starting at once per process: 1,024 sessions starting together on 2 cores would each
+# take longer than START_TIMEOUT_S; in turns, each start takes milliseconds and the timeout means a fault.
+STARTS_AT_ONCE = 4 * (os.cpu_count() or 1)
+_starting = threading.BoundedSemaphore(STARTS_AT_ONCE)
 _build_lock = threading.Lock()
 _built: dict[str, Path | None] = {}
+
+
+def _reset_after_fork() -> None:
+    global _starting
+    _starting = threading.BoundedSemaphore(STARTS_AT_ONCE)  # a start in another thread never ends here
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _cache_dir() -> Path:
@@ -97,6 +109,14 @@ class ExecServer:
 
     def __init__(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
                  pass_fds: tuple[int, ...]) -> None:
+        self._lock = threading.Lock()
+        self.failure: str | None = None
+        with _starting:
+            self._ctl: socket.socket | None = self._launch(argv, binary, cwd, env, pass_fds)
+
+    def _launch(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
+                pass_fds: tuple[int, ...]) -> socket.socket:
+        """Start the server and wait for its ready byte; the control socket, or a SandboxError."""
         ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         exe = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
         log_path = cwd / "exec-server.log"
@@ -111,18 +131,23 @@ class ExecServer:
         finally:
             theirs.close()
             os.close(exe)
-        self._ctl: socket.socket | None = ctl
-        self._lock = threading.Lock()
-        self.failure: str | None = None
         ctl.settimeout(START_TIMEOUT_S)
         try:
             ready = ctl.recv(1)
+        except TimeoutError:
+            ready = None
         except OSError:
             ready = b""
-        if ready != b"R":
-            detail = log_path.read_text(errors="replace").strip()[-2000:] or "it exited before it was ready"
-            self.stop()
-            raise SandboxError(f"could not start the sandbox: {detail}")
+        if ready == b"R":
+            return ctl
+        ctl.close()
+        self._kill()  # not ready: nothing in it to wait for
+        logged = log_path.read_text(errors="replace").strip()[-2000:]
+        if ready is None:
+            why = f"it was not ready within {START_TIMEOUT_S:.0f} s" + (f": {logged}" if logged else "")
+        else:
+            why = logged or f"it exited (status {self.proc.returncode}) before it was ready"
+        raise SandboxError(f"could not start the sandbox: {why}")
 
     def _fail(self, why: str) -> SandboxError:
         """The sandbox is unusable from now on: every later command gets the same error."""
@@ -248,8 +273,11 @@ class ExecServer:
         try:
             self.proc.wait(timeout=KILL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except OSError:
-                pass
-            self.proc.wait()
+            self._kill()
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except OSError:
+            pass
+        self.proc.wait()

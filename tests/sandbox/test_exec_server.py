@@ -17,6 +17,7 @@ import pytest
 
 from hermes_core.sandbox import SandboxError, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
+from hermes_core.sandbox import exec_server
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from procs import marker, processes_with, wait_until
 
@@ -187,3 +188,42 @@ def test_concurrent_sessions_writing_files_and_running_commands_keep_their_pipes
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_sandboxes_asked_for_at_once_start_a_few_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starts in flight are capped per process: 1,024 sessions starting together on 2 cores each took
+    longer than the start timeout, and a quarter of their first commands failed."""
+    monkeypatch.setattr(exec_server, "_starting", threading.BoundedSemaphore(2))
+    script, log = tmp_path / "slow.py", tmp_path / "times.log"
+    script.write_text(  # a server that takes 0.2 s to get ready and logs when it started and was ready
+        "import socket, sys, time\n"
+        "started = time.monotonic(); time.sleep(0.2)\n"
+        f"open({str(log)!r}, 'a').write(f'{{started}} {{time.monotonic()}}\\n')\n"
+        "ctl = socket.socket(fileno=int(sys.argv[1])); ctl.send(b'R'); ctl.recv(1)\n")
+    servers: list[ExecServer] = []
+
+    def start() -> None:
+        argv = lambda ctl, exe: [sys.executable, str(script), str(ctl)]  # noqa: E731
+        servers.append(ExecServer(argv, Path(sys.executable), tmp_path, dict(os.environ), ()))
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for server in servers:
+        server.stop()
+    spans = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    assert len(servers) == len(spans) == 6
+    assert max(sum(begin <= moment < end for begin, end in spans) for moment, _ in spans) == 2
+
+
+@pytest.mark.parametrize("command, message", [("sleep 30", r"could not start the sandbox: it was not ready within 1 s"),
+                                              ("exit 3", r"could not start the sandbox: it exited \(status 3\)")])
+def test_a_server_that_never_gets_ready_is_named_for_what_happened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   command: str, message: str) -> None:
+    monkeypatch.setattr(exec_server, "START_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match=message):
+        ExecServer(lambda ctl, exe: ["/bin/sh", "-c", command], Path("/bin/sh"), tmp_path, {}, ())
+    assert time.monotonic() - started < 5
