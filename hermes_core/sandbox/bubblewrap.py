@@ -34,7 +34,7 @@ from typing import Callable, Literal
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
-from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, adopt_spare, detect, retire,
+from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
@@ -270,13 +270,11 @@ class _Slot:
     net_fd: int | None
 
     def destroy(self, keep_cgroup: bool = False) -> None:
-        """Free the network namespace; remove the cgroup, or keep it as a spare for later runs."""
+        """Free the network namespace; remove the cgroup unless `keep_cgroup` (the caller retires it)."""
         if self.net_fd is not None:
             os.close(self.net_fd)  # frees the network namespace
             self.net_fd = None
-        if self.cgroup is not None and keep_cgroup:
-            retire(self.cgroup)
-        elif self.cgroup is not None:
+        if self.cgroup is not None and not keep_cgroup:
             self.cgroup.remove()
 
 
@@ -293,6 +291,7 @@ class BubblewrapBackend(SandboxBackend):
         # Absolute: bwrap and nsenter run with other working directories.
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
+        self._spares = SparePool(self.hierarchy) if self.hierarchy else None
         self._idle: list[_Slot] = []
         self._etc: Path | None = None  # the readable copy of /etc, made for the first session
         self._open_sessions = 0
@@ -365,12 +364,12 @@ class BubblewrapBackend(SandboxBackend):
             if self._idle:
                 return self._idle.pop()
         cgroup = None
-        if self.hierarchy is not None:
+        if self.hierarchy is not None and self._spares is not None:
             owner = owner_record(session_id)
             name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-slot{secrets.token_hex(4)}"
             s = self.settings
             try:
-                cgroup = adopt_spare(self.hierarchy, name, s.memory_mb, s.pids, s.cpus) or \
+                cgroup = self._spares.adopt(name, s.memory_mb, s.pids, s.cpus) or \
                     SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
             except CgroupError:
                 cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
@@ -403,6 +402,7 @@ class BubblewrapBackend(SandboxBackend):
                 self._etc = None
         for slot in idle:
             slot.destroy(keep_cgroup=True)
+        retire([slot.cgroup for slot in idle if slot.cgroup is not None])  # spares for later runs
         if etc is not None:
             remove_tree(etc.parent)
 
@@ -416,7 +416,7 @@ class BubblewrapBackend(SandboxBackend):
             if match and not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]}):
                 cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
                 cgroup.kill_all()  # first: nothing may still write into the state folder
-                retire(cgroup)  # emptied: a spare for later slots rather than a dying memory cgroup
+                retire([cgroup])  # emptied: a spare for later slots rather than a dying memory cgroup
                 slots += 1
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path):

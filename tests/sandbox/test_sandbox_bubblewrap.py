@@ -20,7 +20,8 @@ import pytest
 
 from hermes_core.sandbox import SandboxError, SandboxSettings, get_backend
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
-from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect, spare_names
+from hermes_core.sandbox import cgroups
+from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, SparePool, detect, retire, spare_names
 from procs import free_port, marker, processes_with, wait_until
 from rootfs import tiny_rootfs
 
@@ -330,3 +331,32 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path)
     assert run(pids=77) == {77} and run(pids=78) == {78}  # each run's own limits on adopted cgroups
     assert _memory_cgroups() <= before  # adopted, not created: nothing new lingers
     assert session_leftovers(tmp_path / "state") == []
+
+
+def test_slots_take_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing the spares scans every session cgroup (~5 ms at 1,000 spares): a backend lists them once.
+    A spare another process renamed after that listing is skipped, not an error."""
+    hierarchy = detect()
+    if hierarchy is None:
+        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+    mine = sorted(SessionCgroup.create(hierarchy, f"spare-test{uuid.uuid4().hex[:12]}", 64, 32, 0).name
+                  for _ in range(3))
+    listings: list[int] = []
+
+    def listing(_: Hierarchy) -> list[str]:  # other runs' real spares stay out of this test
+        listings.append(1)
+        return list(mine)
+
+    monkeypatch.setattr(cgroups, "spare_names", listing)
+    pool = SparePool(hierarchy)
+    first = pool.adopt(f"test-{uuid.uuid4().hex[:8]}", 64, 32, 0)
+    taken = SessionCgroup(hierarchy, mine[1]).rename(f"test-{uuid.uuid4().hex[:8]}")  # by "another process"
+    second = pool.adopt(f"test-{uuid.uuid4().hex[:8]}", 64, 32, 0)
+    assert first is not None and second is not None and first.exists() and second.exists()
+    assert pool.adopt("test-none", 64, 32, 0) is None and listings == [1]  # used up, listed once
+    assert not any(SessionCgroup(hierarchy, name).exists() for name in mine)  # each taken exactly once
+    before = cgroups.session_names(hierarchy)
+    retire([first, second, taken])  # one listing to count the spares, then all three kept as spares
+    new = cgroups.session_names(hierarchy) - before
+    assert len(listings) == 2 and len(new) == 3 and all(name.startswith("spare-") for name in new)
+    assert not any(cgroup.exists() for cgroup in (first, second, taken))
