@@ -154,11 +154,20 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     def _argv(self, inner: list[str], pid1: bool = False) -> list[str]:
         if self._closed:
             raise SandboxError(f"sandbox {self.session_id!r} is closed")
+        flags = [*_NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else _NAMESPACE_FLAGS
+        return [*self._enter(), BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
+
+    def _enter(self) -> list[str]:
+        """What runs bubblewrap inside the slot's cgroup and namespaces: the exec server's launcher
+        mode (one static process), else a shell that joins the cgroup and nsenter."""
+        procs = self.cgroup.procs_files if self.cgroup else []
+        if self._server_binary is not None:
+            joins = [*(item for path in procs for item in ("--cgroup", str(path))),
+                     *(item for fd in self._fds.values() for item in ("--ns", str(fd)))]
+            return [str(self._server_binary), "--enter", *joins, "--"] if joins else []
         enter = self.cgroup.enter_argv() if self.cgroup else []
         namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
-        joined = [NSENTER, *namespaces, "--"] if namespaces else []
-        flags = [*_NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else _NAMESPACE_FLAGS
-        return [*enter, *joined, BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
+        return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
 
     def _exec_server(self) -> ExecServer | None:
         """The session's exec server, started now if need be; None when commands run one bubblewrap each."""

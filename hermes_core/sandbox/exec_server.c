@@ -16,12 +16,16 @@
  *
  * Nothing here is secret or privileged: the process has no capabilities. It is made non-dumpable so
  * commands (same uid) cannot ptrace it or open its fds through /proc, and as pid 1 it ignores their
- * signals. */
+ * signals.
+ *
+ * The same binary is also the launcher that starts bubblewrap on the host (see enter()): one static
+ * process that joins the session's cgroup and namespaces, where a shell and nsenter took two. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -155,7 +159,44 @@ static void supervise(int sock, int in, int out, int err) {
   _exit(0);
 }
 
+/* argv: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... -- PROGRAM [ARGS...]
+ * Moves this process into each cgroup (writing 0 to its cgroup.procs), joins the namespace each FD
+ * pins (closing it), then execs PROGRAM: everything it starts is inside before it runs. Any failure
+ * ends here with status 125 and one line on stderr, before PROGRAM could run outside. */
+static int enter(int argc, char **argv) {
+  int at = 2;
+  for (; at + 1 < argc && strcmp(argv[at], "--") != 0; at += 2) {
+    const char *what = argv[at], *value = argv[at + 1];
+    if (!strcmp(what, "--cgroup")) {
+      int fd = open(value, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || write(fd, "0", 1) != 1) {
+        fprintf(stderr, "exec-server: cannot join the cgroup of %s: %s\n", value, strerror(errno));
+        return 125;
+      }
+      close(fd);
+    } else if (!strcmp(what, "--ns")) {
+      char *end;
+      long fd = strtol(value, &end, 10);
+      if (!*value || *end || fd < 0 || fd > 65535 || setns((int)fd, 0) < 0) {
+        fprintf(stderr, "exec-server: cannot join the namespace of fd %s: %s\n", value, strerror(errno));
+        return 125;
+      }
+      close((int)fd);
+    } else {
+      break;
+    }
+  }
+  if (at + 1 >= argc || strcmp(argv[at], "--") != 0) {
+    fprintf(stderr, "usage: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... -- PROGRAM [ARGS...]\n");
+    return 2;
+  }
+  execvp(argv[at + 1], argv + at + 1);
+  fprintf(stderr, "exec-server: cannot run %s: %s\n", argv[at + 1], strerror(errno));
+  return 127;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--enter")) return enter(argc, argv);
   prctl(PR_SET_DUMPABLE, 0);  /* first: commands must not reach this process's fds or memory */
   prctl(PR_SET_NAME, "exec-server");  /* what `ps` shows instead of the fd it was started from */
   if (argc != 3) return 2;

@@ -227,3 +227,44 @@ def test_a_server_that_never_gets_ready_is_named_for_what_happened(tmp_path: Pat
     with pytest.raises(SandboxError, match=message):
         ExecServer(lambda ctl, exe: ["/bin/sh", "-c", command], Path("/bin/sh"), tmp_path, {}, ())
     assert time.monotonic() - started < 5
+
+
+def _pid_running(argv: list[str]) -> int:
+    wanted = b"".join(arg.encode() + b"\0" for arg in argv)
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if path.read_bytes() == wanted:
+                return int(path.parent.name)
+        except OSError:
+            continue  # exited meanwhile
+    raise AssertionError(f"no process runs {argv}")
+
+
+def test_the_launcher_puts_bubblewrap_in_the_slots_cgroup_and_network_or_fails_first(settings: SandboxSettings) -> None:
+    """bubblewrap is started by the server binary's launcher mode (one process where a shell and
+    nsenter took two): it and every command are in the slot's cgroup and network namespace; when the
+    cgroup cannot be joined, nothing runs and the error says why."""
+    with BubblewrapBackend(settings) as local:
+        if local.hierarchy is None:
+            pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+        with local.open("joins") as box:
+            assert box.exec("true").exit_code == 0
+            launched = box._server.proc.pid  # the launcher's pid, bubblewrap's after the exec
+            assert Path(f"/proc/{launched}/comm").read_text().strip() == "bwrap"
+            slot_net = os.readlink(f"/proc/self/fd/{box._fds['net']}")
+            tag = marker()
+            runner = threading.Thread(target=box.exec, args=(f"sleep {tag}",), kwargs={"timeout": 5})
+            runner.start()
+            assert wait_until(lambda: processes_with(f"sleep {tag}"), timeout=5)
+            members = box.cgroup.pids()
+            sleeper = _pid_running(["sleep", tag])
+            assert {launched, sleeper} <= members
+            assert os.readlink(f"/proc/{sleeper}/ns/net") == os.readlink(f"/proc/{launched}/ns/net") == slot_net
+            assert os.readlink(f"/proc/{launched}/ns/net") != os.readlink("/proc/self/ns/net")
+            os.kill(sleeper, signal.SIGKILL)
+            runner.join()
+        box = local.open("no cgroup")
+        box.cgroup.remove()  # gone before the first command: bubblewrap must not start outside it
+        with pytest.raises(SandboxError, match="could not start the sandbox: exec-server: cannot join the cgroup"):
+            box.exec("true")
+        box.close()
