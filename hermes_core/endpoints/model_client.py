@@ -9,6 +9,7 @@ sessions; bench/http_clients.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from hermes_core.config import Endpoint
 from hermes_core.fileio import json_bytes, json_loads
@@ -87,13 +90,30 @@ def _transport_error(exc: BaseException, url: str, timeout_s: float) -> ModelErr
 
 
 def http_session(timeout_s: float, connections: int = 0) -> aiohttp.ClientSession:
-    """A connection pool for model calls (keep-alive; `connections` 0 = unlimited). Proxies come
-    from HTTP(S)_PROXY / NO_PROXY. Create it inside the event loop that uses it."""
+    """A connection pool for model calls (keep-alive; `connections` 0 = unlimited). Create it inside
+    the event loop that uses it. Proxies are the caller's (`env_proxy`): aiohttp's trust_env looks
+    them up, and ~/.netrc, in a thread for every request, two thread hops per model call."""
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(30.0, timeout_s), sock_read=timeout_s),
         connector=aiohttp.TCPConnector(limit=connections),
-        trust_env=True,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def env_proxy(url: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """aiohttp arguments and request headers for the proxy HTTP(S)_PROXY / ALL_PROXY name for `url`
+    unless NO_PROXY exempts it, as aiohttp's trust_env finds it (credentials from the proxy URL or
+    ~/.netrc); looked up once per process. Credentials go on the CONNECT of an https URL, on the
+    request itself for plain http (aiohttp sends its proxy_headers only on a CONNECT)."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return {}, {}
+    if auth is None:
+        return {"proxy": proxy}, {}
+    credentials = {"Proxy-Authorization": auth.encode()}
+    return ({"proxy": proxy, "proxy_headers": credentials}, {}) if url.startswith("https:") else \
+        ({"proxy": proxy}, credentials)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -236,7 +256,8 @@ class ModelClient:
         passes, as the samples' own calls would see it and retry it."""
         url = f"{self.endpoint.base_url}/models"
         try:
-            async with self._session().get(url, headers=self._headers()) as response:
+            proxy, proxy_headers = env_proxy(url)
+            async with self._session().get(url, headers={**self._headers(), **proxy_headers}, **proxy) as response:
                 text = (await response.read()).decode("utf-8", "replace")
             if response.status in (401, 402, 403):  # a 404 here may only mean "no /models"
                 self._raise_for(response, text)
@@ -279,7 +300,9 @@ class ModelClient:
         raise error
 
     def _post(self, body: dict[str, Any]) -> Any:
-        return self._session().post(self._url(), data=json_bytes(body), headers=self._headers())
+        proxy, proxy_headers = env_proxy(self._url())
+        return self._session().post(self._url(), data=json_bytes(body), headers={**self._headers(), **proxy_headers},
+                                    **proxy)
 
     async def _once(self, body: dict[str, Any]) -> Completion:
         async with self._post(body) as response:
