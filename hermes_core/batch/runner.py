@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from collections import deque
 from typing import Any, Callable
 
@@ -25,8 +26,10 @@ from hermes_core.sandbox import SandboxBackend
 from hermes_core.tools.backends import ToolBackends
 
 
-START_GAP_S = 0.015
-MAX_START_SPREAD_S = 1.0
+# Sessions start one per START_GAP_CORE_S ÷ cores (15 ms apart on 2 cores), at most MAX_START_SPREAD_S
+# after the first: see _Sessions.serve.
+START_GAP_CORE_S = 0.03
+MAX_START_SPREAD_S = 30.0
 
 
 def run_jobs(
@@ -92,15 +95,18 @@ class _Sessions:
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(max_workers=len(positions) + 4, thread_name_prefix="hermes-tool")
         )
+        gap = START_GAP_CORE_S / len(os.sched_getaffinity(0))
         async with http_session(self.endpoint.request_timeout_s, connections=len(positions)) as http:
 
             async def worker(position: int) -> None:
                 # Staggered starts: sessions started together stay in lockstep, each model reply
                 # and each sandbox command arriving for all of them at once, so every burst queues
-                # for the CPU. 15 ms apart (64 sessions: ~1 s, once per run) the work spreads over
-                # the cycle: 64 x 2,000 went from 40 to 36 s of sampling (bench/throughput.py).
-                # Positions are run-wide, so starts stay 15 ms apart across worker processes.
-                await asyncio.sleep(min(position * START_GAP_S, MAX_START_SPREAD_S))
+                # for the CPU. 15 ms apart on 2 cores (64 sessions: ~1 s, once per run) the work
+                # spreads over the cycle: 64 x 2,000 went from 40 to 36 s of sampling. Capped at
+                # 1 s, 1,024 sessions stayed in lockstep (167-171 s at 5 s per call); spread over
+                # 15 s, 146-166 s (bench/throughput.py --realistic). Positions are run-wide, so
+                # starts stay apart across worker processes.
+                await asyncio.sleep(min(position * gap, MAX_START_SPREAD_S))
                 while (index := await next_index(position)) is not None:
                     on_done(index, await self.session(self.jobs[index], http))
 
