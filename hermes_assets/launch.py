@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Mapping
@@ -61,14 +62,22 @@ def execute_job(instance: dg.DagsterInstance, job: dg.JobDefinition, run_config:
     run = instance.create_run_for_job(job_def=job, execution_plan=plan, run_config=run_config, tags=run_tags,
                                       asset_selection=assets, remote_job_origin=job_origin(job.name))
     # What JobDefinition.execute_in_process does with its ephemeral job, here with the job itself.
-    events = list(ExecuteRunWithPlanIterable(
-        execution_plan=plan,
-        iterator=job_execution_iterator,
-        execution_context_manager=PlanOrchestrationContextManager(
-            context_event_generator=orchestration_context_event_generator, job=in_memory, execution_plan=plan,
-            dagster_run=run, instance=instance, run_config=run_config, executor_defs=None, output_capture=None,
-            raise_on_error=False),
-    ))
+    # Dagster leaves SIGTERM set to SIGINT's handler afterwards; when SIGINT is ignored (a script's
+    # background job), SIGTERM would be ignored from then on, by this command and all it starts.
+    main = threading.current_thread() is threading.main_thread()  # signals are the main thread's
+    term = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        events = list(ExecuteRunWithPlanIterable(
+            execution_plan=plan,
+            iterator=job_execution_iterator,
+            execution_context_manager=PlanOrchestrationContextManager(
+                context_event_generator=orchestration_context_event_generator, job=in_memory, execution_plan=plan,
+                dagster_run=run, instance=instance, run_config=run_config, executor_defs=None, output_capture=None,
+                raise_on_error=False),
+        ))
+    finally:
+        if main and term is not None:  # None: not set from Python, nothing to put back
+            signal.signal(signal.SIGTERM, term)
     return dg.ExecuteInProcessResult(event_list=events, dagster_run=instance.get_run_by_id(run.run_id) or run,
                                      output_capture=None, job_def=in_memory.get_definition())
 

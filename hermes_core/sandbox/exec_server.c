@@ -120,7 +120,9 @@ static void supervise(int sock, int in, int out, int err) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
+    /* Every signal at its default: an ignored SIGTERM or SIGINT of whatever started the sandbox
+     * (a script's background job ignores SIGINT) would otherwise be the command's too. */
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
     prctl(PR_SET_PDEATHSIG, 0);
     setsid();
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -268,3 +269,19 @@ def test_the_launcher_puts_bubblewrap_in_the_slots_cgroup_and_network_or_fails_f
         with pytest.raises(SandboxError, match="could not start the sandbox: exec-server: cannot join the cgroup"):
             box.exec("true")
         box.close()
+
+
+def test_commands_get_default_signals_whatever_started_the_sandbox(tmp_path: Path) -> None:
+    """A script's background job starts with SIGINT ignored (and a Dagster run maps SIGTERM onto it):
+    dispositions the orchestrator inherited are not its commands'. `kill -TERM $$` still ends a command."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from hermes_core.sandbox import SandboxSettings\n"
+        "from hermes_core.sandbox.bubblewrap import BubblewrapBackend\n"
+        "with BubblewrapBackend(SandboxSettings(state_root=Path(sys.argv[1]))) as local, local.open('s') as box:\n"
+        "    print(box.exec('kill -TERM $$').exit_code, box.exec('kill -INT $$').exit_code)\n")
+    done = subprocess.run(["bash", "-c", 'trap "" INT TERM; exec "$@"', "bash", sys.executable, str(script),
+                           str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["143", "130"], done.stderr
