@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from hermes_core.endpoints.simulated import SimulatedModelServer
+
+
+# Started as a background job of a script, the suite inherits SIGINT ignored, and so would every
+# program it starts (`dagster dev`, hermes-batch): tests that stop them with Ctrl-C would wait forever.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
