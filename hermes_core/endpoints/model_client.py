@@ -256,8 +256,7 @@ class ModelClient:
         passes, as the samples' own calls would see it and retry it."""
         url = f"{self.endpoint.base_url}/models"
         try:
-            proxy, proxy_headers = env_proxy(url)
-            async with self._session().get(url, headers={**self._headers(), **proxy_headers}, **proxy) as response:
+            async with self._session().get(url, **self._request_args(url)) as response:
                 text = (await response.read()).decode("utf-8", "replace")
             if response.status in (401, 402, 403):  # a 404 here may only mean "no /models"
                 self._raise_for(response, text)
@@ -281,8 +280,11 @@ class ModelClient:
     def _url(self) -> str:
         return f"{self.endpoint.base_url}/chat/completions"
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.endpoint.api_key}", "Content-Type": "application/json"}
+    def _request_args(self, url: str) -> dict[str, Any]:
+        """Headers and proxy arguments of a request to `url`."""
+        proxy, proxy_headers = env_proxy(url)
+        return {"headers": {"Authorization": f"Bearer {self.endpoint.api_key}", "Content-Type": "application/json",
+                            **proxy_headers}, **proxy}
 
     def _raise_for(self, response: aiohttp.ClientResponse, text: str) -> None:
         if response.status < 400:
@@ -300,9 +302,7 @@ class ModelClient:
         raise error
 
     def _post(self, body: dict[str, Any]) -> Any:
-        proxy, proxy_headers = env_proxy(self._url())
-        return self._session().post(self._url(), data=json_bytes(body), headers={**self._headers(), **proxy_headers},
-                                    **proxy)
+        return self._session().post(self._url(), data=json_bytes(body), **self._request_args(self._url()))
 
     async def _once(self, body: dict[str, Any]) -> Completion:
         async with self._post(body) as response:

@@ -373,13 +373,13 @@ class BubblewrapBackend(SandboxBackend):
             if self._idle:
                 return self._idle.pop()
         cgroup = None
-        if self.hierarchy is not None and self._spares is not None:
+        if self._spares is not None:  # there is a cgroup hierarchy to use
             owner = owner_record(session_id)
             name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-slot{secrets.token_hex(4)}"
             s = self.settings
             try:
                 cgroup = self._spares.adopt(name, s.memory_mb, s.pids, s.cpus) or \
-                    SessionCgroup.create(self.hierarchy, name, s.memory_mb, s.pids, s.cpus)
+                    SessionCgroup.create(self._spares.hierarchy, name, s.memory_mb, s.pids, s.cpus)
             except CgroupError:
                 cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
         slot = _Slot(cgroup, None)
