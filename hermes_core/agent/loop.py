@@ -92,6 +92,7 @@ class AIAgent:
         sample_budget: Callable[[dict[str, int]], str | None] | None = None,
         request_options: RequestOptions | None = None,
         hermes_text: HermesText = OWN_TEXT,
+        prepare_sandbox: bool = True,  # open the sandbox while the first reply is written (False: at the first tool call)
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
@@ -117,6 +118,7 @@ class AIAgent:
         self._backend = sandbox_backend if isinstance(sandbox_backend, SandboxBackend) else None
         self._backend_given = self._backend is not None
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
+        self.prepare_sandbox = prepare_sandbox
         self._http = http_client
         self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
         if tool_call_mode not in constrained.TOOL_CALL_MODES:
@@ -197,6 +199,8 @@ class AIAgent:
             return assistant
 
         try:
+            if self.tools and self.prepare_sandbox:
+                session.prepare()
             while True:
                 if api_calls and self.sample_budget and (reason := self.sample_budget(usage)):
                     outcome.update(partial=True, stopped=reason)  # no final answer: the data says so
@@ -266,31 +270,53 @@ class AIAgent:
         return self._backend
 
 
+def _open_ready(backend: SandboxBackend, task_id: str, image: str | None, cwd: str | None) -> Sandbox:
+    """A new sandbox, ready for its first command; it stays open if only getting ready fails (the
+    first command then tries again, and its tool reports the error as it would have)."""
+    sandbox = backend.open(task_id, image, cwd)
+    try:
+        sandbox.start()
+    except SandboxError:
+        pass
+    return sandbox
+
+
 def _close_when_opened(opening: "asyncio.Future[Sandbox]") -> None:
     if not opening.cancelled() and opening.exception() is None:
         threading.Thread(target=opening.result().close, name="hermes-sandbox-close", daemon=True).start()
 
 
 class _Session:
-    """One conversation's tool side: its sandbox (opened lazily, closed in finally) and state."""
+    """One conversation's tool side: its sandbox (prepared as the conversation starts, or opened at
+    the first tool call; closed in finally) and state."""
 
     def __init__(self, agent: AIAgent, task_id: str):
         self.agent = agent
         self.task_id = task_id
-        self.sandbox: Sandbox | None = None
+        self.sandbox: Sandbox | None = None  # set once a tool needs it
+        self._opening: asyncio.Future[Sandbox] | None = None
         self.failed = False
         self.state: dict[str, Any] = {}
         self.ctx: ToolContext | None = None
         self.offered = {tool.name: tool for tool in agent.tools}
 
+    def prepare(self) -> None:
+        """Open the sandbox and ready it for commands in the background, while the model writes its
+        first reply: the first tool call then finds it ready instead of waiting for it (64 sessions at
+        0.5 s per call: 80 ms of a 1.1 s sample). A conversation whose tools never run closes it unused."""
+        if self._opening is None:
+            backend = self.agent._sandbox_backend()  # an unknown backend name: ValueError, a usage error
+            self._opening = asyncio.ensure_future(asyncio.to_thread(_open_ready, backend, self.task_id,
+                                                                    self.agent.image, self.agent.cwd))
+
     async def _context(self) -> ToolContext:
         if self.sandbox is None:
-            backend = self.agent._sandbox_backend()
-            opening = asyncio.ensure_future(
-                asyncio.to_thread(backend.open, self.task_id, self.agent.image, self.agent.cwd))
+            self.prepare()
+            opening = self._opening
             try:
                 self.sandbox = await asyncio.shield(opening)
             except asyncio.CancelledError:  # the thread still opens it: close it once it has
+                self._opening = None  # closing is the callback's
                 opening.add_done_callback(_close_when_opened)
                 raise
         if self.ctx is None:
@@ -301,8 +327,18 @@ class _Session:
     async def close(self) -> None:
         for close in reversed(self.ctx.on_close if self.ctx else []):  # e.g. the sample's browser context
             await asyncio.to_thread(close)
-        if self.sandbox is not None:
-            await asyncio.to_thread(self.sandbox.close)
+        sandbox = self.sandbox
+        if sandbox is None and self._opening is not None:  # prepared, never used
+            opening, self._opening = self._opening, None
+            try:
+                sandbox = await asyncio.shield(opening)
+            except asyncio.CancelledError:
+                opening.add_done_callback(_close_when_opened)
+                raise
+            except SandboxError:
+                pass  # no tool needed it: not a failure of this sample
+        if sandbox is not None:
+            await asyncio.to_thread(sandbox.close)
         if self.agent._backend is not None and not self.agent._backend_given:
             await asyncio.to_thread(self.agent._backend.close)  # one the agent made: free what it keeps
 

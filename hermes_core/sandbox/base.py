@@ -133,6 +133,10 @@ class Sandbox(abc.ABC):
         """End the input of a running background command (it reads end-of-file)."""
         raise SandboxError(f"the {type(self).__name__} backend cannot send input to background processes")
 
+    def start(self) -> None:
+        """Get ready for commands now rather than at the first (e.g. start the session's own process);
+        the first command does whatever is left. Raises SandboxError."""
+
     @abc.abstractmethod
     def read_file(self, path: str) -> bytes:
         """Bytes of a file; raises FileNotFoundError or SandboxError."""

@@ -183,6 +183,9 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
                                           self._server_binary, self.state_dir, self.env, tuple(self._fds.values()))
             return self._server
 
+    def start(self) -> None:
+        self._exec_server()
+
     def _run(self, inner: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
         server = self._exec_server()
         if server is not None:

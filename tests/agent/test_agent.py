@@ -211,3 +211,59 @@ def test_a_run_cancelled_while_its_sandbox_opens_still_closes_it(sim_url):
 
     asyncio.run(scenario())
     assert closed == [True]
+
+
+class _TimedBackend:
+    """A plain backend that records when each sandbox opens, starts and closes."""
+
+    def __new__(cls, events: list[tuple[str, float]], open_error: str | None = None):
+        from hermes_core.sandbox import SandboxError, SandboxSettings
+        from hermes_core.sandbox.local import PlainBackend
+
+        class Backend(PlainBackend):
+            def open(self, *args, **kwargs):
+                events.append(("open", time.monotonic()))
+                if open_error:
+                    raise SandboxError(open_error)
+                sandbox = super().open(*args, **kwargs)
+                original = sandbox.close
+                sandbox.start = lambda: events.append(("start", time.monotonic()))
+                sandbox.close = lambda: (events.append(("close", time.monotonic())), original())
+                return sandbox
+
+        return Backend(SandboxSettings())
+
+
+def test_the_sandbox_gets_ready_while_the_model_writes_its_first_reply(sim_url):
+    events: list[tuple[str, float]] = []
+    agent = make_agent(sim_url, sandbox_backend=_TimedBackend(events),
+                       tool_progress=lambda e: events.append((e["status"], time.monotonic())))
+    started = time.monotonic()
+    result = agent.run_conversation("Run ls [sim:latency=1]")
+    assert result["completed"] and result["sandbox_created"]
+    assert [name for name, _ in events] == ["open", "start", "running", "completed", "close"]
+    at = dict(events)
+    # Opened and started as the conversation starts, not once the first reply is in (1 s later).
+    assert at["start"] - started < 0.9 and at["running"] - started >= 1
+
+
+def test_a_sandbox_no_tool_needed_is_closed_and_not_counted(sim_url):
+    events: list[tuple[str, float]] = []
+    result = make_agent(sim_url, sandbox_backend=_TimedBackend(events)).run_conversation("Say hi [sim:no-tools]")
+    assert result["completed"] and not result["sandbox_created"] and not result["failed"]
+    assert [name for name, _ in events] == ["open", "start", "close"]
+    events.clear()
+    lazy = make_agent(sim_url, sandbox_backend=_TimedBackend(events), prepare_sandbox=False)
+    assert lazy.run_conversation("Say hi [sim:no-tools]")["completed"] and events == []
+    lazy.run_conversation("Run ls")
+    assert [name for name, _ in events] == ["open", "start", "close"]  # opened at the tool call
+
+
+def test_a_sandbox_that_cannot_open_fails_only_samples_that_need_it(sim_url):
+    events: list[tuple[str, float]] = []
+    broken = _TimedBackend(events, open_error="no room for a sandbox")
+    quiet = make_agent(sim_url, sandbox_backend=broken).run_conversation("Say hi [sim:no-tools]")
+    assert quiet["completed"] and not quiet["failed"] and not quiet["sandbox_failed"]
+    needed = make_agent(sim_url, sandbox_backend=broken).run_conversation("Run ls")
+    assert needed["failed"] and needed["sandbox_failed"] and needed["error"] == "sandbox: no room for a sandbox"
+    assert [name for name, _ in events] == ["open", "open"]  # one attempt per conversation

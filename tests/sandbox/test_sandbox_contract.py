@@ -57,6 +57,15 @@ def test_exec_reports_output_and_exit_code(make):
     assert sandbox.exec("exit 3").exit_code == 3
 
 
+def test_a_sandbox_made_ready_early_runs_commands_and_files_alike(make):
+    sandbox = make()
+    sandbox.start()  # what the agent does while the model writes its first reply
+    sandbox.start()
+    assert sandbox.exec("echo ready").output.strip() == "ready"
+    sandbox.write_file("note.txt", b"kept")
+    assert sandbox.read_file("note.txt") == b"kept"
+
+
 def test_network_is_unreachable_by_default(make):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
