@@ -143,15 +143,17 @@ def medium_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float
 def large_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float, repeat: int) -> None:
     measured, f = endpoint_run(report, workdir, endpoint, 256, 4000, latency, repeat)
     cores = os.cpu_count() or 1
-    cpu_bound = 4000 * f["cpu_per_sample"] / cores
     # Whichever bound is the longer binds: with 256 sessions at 0.5 s the endpoint could finish in
-    # 16 s, but the orchestrator's CPU for 4,000 samples, spread over every core, may take longer.
-    binding, why = (("CPU", "the orchestrator's CPU for 4,000 samples over the cores outlasts the endpoint's "
-                            "rounds") if cpu_bound > f["ideal"] else
-                    ("endpoint", "the endpoint's rounds outlast the orchestrator's CPU over the cores"))
+    # 16 s, but the CPU for 4,000 samples, spread over every core, may take longer. The simulated
+    # endpoint runs on the same cores (a real one would not), so its CPU is in the bound too.
+    own_bound = measured.cpu / cores
+    cpu_bound = (measured.cpu + f["endpoint_cpu"]) / cores
+    binding, why = (("CPU", "the CPU for 4,000 samples (orchestrator and simulated endpoint) over the cores "
+                            "outlasts the endpoint's rounds") if cpu_bound > f["ideal"] else
+                    ("endpoint", "the endpoint's rounds outlast the CPU over the cores"))
     report.figure("256 × 4,000: binding bound ÷ actual wall", max(cpu_bound, f["ideal"]) / measured.wall, ".2f", 0.85,
-                  True, f"{binding} bound binds: {why} (endpoint {f['ideal']:.1f} s, CPU {cpu_bound:.1f} s on "
-                        f"{cores} cores)")
+                  True, f"{binding} bound binds: {why} (endpoint {f['ideal']:.1f} s; CPU {cpu_bound:.1f} s on "
+                        f"{cores} cores, of which the orchestrator's alone {own_bound:.1f} s)")
 
 
 def realistic_run(report: Report, workdir: Path, sessions: int, samples: int, latency: float) -> None:

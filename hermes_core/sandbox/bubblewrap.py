@@ -1,17 +1,17 @@
 """The `local` backend: each session isolated with bubblewrap, limited by a per-session cgroup.
 
-Every command is one `bwrap` run with the session's fixed layout, so a session persists through its
-writable folders: own pid/ipc/uts/mount namespaces per command (a timeout kills the command's pid 1,
-and the kernel then kills everything in that namespace, setsid'd daemons included), no capabilities,
-and one network namespace per session (loopback only, shared by all its commands so a background
-server is reachable from later commands) unless `settings.network`.
+A session is one `bwrap` whose pid 1 is the exec server (exec_server.py): every command and file
+operation is a fork of it, inside the session's mounts, pid/ipc/uts namespaces (closing the session
+ends that pid namespace and everything in it, setsid'd daemons included), no capabilities, and one
+network namespace per session (loopback only, so a background server is reachable from later
+commands) unless `settings.network`. Without the server's binary, each command is a bubblewrap of
+its own with the same layout.
 
-Without an image the root is an empty read-only tmpfs with the host's system folders bound read-only
-(minus files only root may read, like /etc/shadow), a private /tmp and the working directory.
-With an image the root is an overlay of its prepared root filesystem and a per-session upper folder,
-mounted in a mount namespace that only an fd of this process holds: no host mount ever exists, and
-a crash (even kill -9) frees it. Files are read and written through the sandbox itself, so tools see
-exactly what commands see.
+Without an image the root is the host's system folders read-only (host_root.py), a private /tmp
+and the working directory. With an image the root is an overlay of its prepared root filesystem and
+a per-session upper folder, mounted in a mount namespace that only an fd of this process holds: no
+host mount ever exists, and a crash (even kill -9) frees it. Files are read and written through the
+sandbox itself, so tools see exactly what commands see.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import posixpath
 import re
 import secrets
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -36,13 +35,13 @@ from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
+from hermes_core.sandbox.host_root import SYSTEM_DIRS, copy_readable_etc, host_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, shell_exit_code, write_owner)
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 DEFAULT_CWD = "/workspace"
 ETC_COPY_PREFIX = ".etc-"
 FILE_TIMEOUT_S = 60.0
@@ -64,45 +63,6 @@ def image_dir_name(image: str) -> str:
 
 def _tag(state_root: Path) -> str:
     return hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:8]
-
-
-def host_layout(etc: Path) -> list[str]:
-    """bwrap arguments for a root made of the host's system folders, read-only, with `etc` (a copy
-    of /etc without what only root may read: commands run as uid 0) as /etc."""
-    args = ["--tmpfs", "/"]
-    for folder in SYSTEM_DIRS:
-        if os.path.islink(folder):  # merged-/usr systems: /bin -> usr/bin
-            args += ["--symlink", os.readlink(folder), folder]
-        elif folder == "/etc":
-            args += ["--ro-bind", str(etc), "/etc"]
-        elif os.path.isdir(folder):
-            args += ["--ro-bind", folder, folder]
-    return args
-
-
-def copy_readable_etc(target: Path) -> None:
-    """/etc without the files and folders that only root may read (e.g. /etc/shadow, private keys).
-    One bind of this copy replaces a dozen masking mounts per command, which made every command
-    pay ~2 ms more and serialized concurrent ones in the kernel (bench: 204 -> 317 bwrap runs/s)."""
-    target.mkdir(mode=0o755)
-    for top, folders, files in os.walk("/etc"):
-        inside = target / os.path.relpath(top, "/etc")
-        for name in sorted(folders + files):
-            source, copy = os.path.join(top, name), inside / name
-            try:
-                if os.path.islink(source):
-                    copy.symlink_to(os.readlink(source))
-                    continue
-                mode = os.stat(source).st_mode
-                if not mode & 0o004:
-                    continue  # only root may read it: commands do not see it at all
-                if stat.S_ISDIR(mode):
-                    copy.mkdir(mode=stat.S_IMODE(mode))
-                elif stat.S_ISREG(mode):
-                    shutil.copy2(source, copy)
-            except OSError:
-                continue  # vanished or unreadable while copying: leave it out
-        folders[:] = [name for name in folders if (inside / name).is_dir() and not (inside / name).is_symlink()]
 
 
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
