@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 from hermes_core.formats import hf_loading
 from hermes_core.formats.hermes_agent_text import HERMES_AGENT_PYTHON_ENV
@@ -274,6 +276,26 @@ def batch_main(argv: list[str] | None = None) -> int:
     finally:
         release_claims()
         hf_loading.stop_loader()
+
+
+def batch_command() -> NoReturn:
+    """The `hermes-batch` program: batch_main, then exit without the interpreter's teardown."""
+    exit_without_teardown(batch_main())
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """Exit with `code` as the interpreter would (exit handlers run, output is flushed), without
+    freeing every object one by one on the way out: 0.25 s after a small run, 0.5 s after a 100k-row
+    plan. When another non-daemon thread is alive, the interpreter would wait for it: a plain exit."""
+    if any(thread is not threading.main_thread() and not thread.daemon for thread in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what remains of an exit that matters: e.g. logging and multiprocessing's handlers
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader went away: nothing more to deliver
+            pass
+    os._exit(code)
 
 
 def serve_local_model(args: argparse.Namespace) -> int:
