@@ -183,8 +183,11 @@ def realistic_run(report: Report, workdir: Path, sessions: int, samples: int, la
                    + (f": {failed[1]} retryable and {failed[2]} terminal sample failures" if failed else ""))
     if tools := re.search(r"^\s+terminal\s+(\d+)\s+(\d+)\s+(\d+)", measured.output, re.MULTILINE):
         report.say(f"   sandboxed commands: {tools[1]}, of which {tools[3]} failed")
+    cores = os.cpu_count() or 1
+    cpu_bound = (measured.cpu + f["endpoint_cpu"]) / cores  # the simulated endpoint shares the cores
     report.figure(f"efficiency, {sessions:,} sessions × {samples:,} at {latency:g} s", f["efficiency"], ".2f", 0.90,
-                  True, f"endpoint answered at most {f['max_in_flight']} calls at once")
+                  True, f"endpoint answered at most {f['max_in_flight']} calls at once; CPU bound {cpu_bound:.0f} s "
+                        f"(orchestrator and simulated endpoint over {cores} cores) against the ideal {f['ideal']:.0f} s")
     report.figure(f"CPU s/sample all in ({sessions:,} × {samples:,})", f["cpu_per_sample"], ".4f", 0.02, False,
                   f"{measured.cpu:.0f} CPU-s, start-up included")
     report.figure("peak PSS of the whole tree (MB)", peak.peak_mb, ".0f", PSS_TARGET_MB, False,
