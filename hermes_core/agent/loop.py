@@ -226,8 +226,10 @@ class AIAgent:
             session.failed = True
             self._say(f"❌ sandbox: {exc}")
         finally:
-            await session.close()
-            await client.aclose()
+            try:
+                await session.close()
+            finally:
+                await client.aclose()
         stats, _ = count_tool_stats(messages, self.registry.universe)
         return {
             "final_response": final,
@@ -278,6 +280,9 @@ def _open_ready(backend: SandboxBackend, task_id: str, image: str | None, cwd: s
         sandbox.start()
     except SandboxError:
         pass
+    except BaseException:  # not the contract's error: nobody would close it
+        sandbox.close()
+        raise
     return sandbox
 
 
@@ -312,11 +317,10 @@ class _Session:
     async def _context(self) -> ToolContext:
         if self.sandbox is None:
             self.prepare()
-            opening = self._opening
+            opening, self._opening = self._opening, None  # this call's now: its sandbox or its error
             try:
                 self.sandbox = await asyncio.shield(opening)
             except asyncio.CancelledError:  # the thread still opens it: close it once it has
-                self._opening = None  # closing is the callback's
                 opening.add_done_callback(_close_when_opened)
                 raise
         if self.ctx is None:

@@ -216,7 +216,8 @@ def test_a_run_cancelled_while_its_sandbox_opens_still_closes_it(sim_url):
 class _TimedBackend:
     """A plain backend that records when each sandbox opens, starts and closes."""
 
-    def __new__(cls, events: list[tuple[str, float]], open_error: str | None = None):
+    def __new__(cls, events: list[tuple[str, float]], open_error: str | None = None,
+                start_error: Exception | None = None):
         from hermes_core.sandbox import SandboxError, SandboxSettings
         from hermes_core.sandbox.local import PlainBackend
 
@@ -227,7 +228,12 @@ class _TimedBackend:
                     raise SandboxError(open_error)
                 sandbox = super().open(*args, **kwargs)
                 original = sandbox.close
-                sandbox.start = lambda: events.append(("start", time.monotonic()))
+                def start():
+                    events.append(("start", time.monotonic()))
+                    if start_error:
+                        raise start_error
+
+                sandbox.start = start
                 sandbox.close = lambda: (events.append(("close", time.monotonic())), original())
                 return sandbox
 
@@ -267,3 +273,18 @@ def test_a_sandbox_that_cannot_open_fails_only_samples_that_need_it(sim_url):
     needed = make_agent(sim_url, sandbox_backend=broken).run_conversation("Run ls")
     assert needed["failed"] and needed["sandbox_failed"] and needed["error"] == "sandbox: no room for a sandbox"
     assert [name for name, _ in events] == ["open", "open"]  # one attempt per conversation
+
+
+def test_a_sandbox_that_cannot_get_ready_is_still_used_or_closed(sim_url):
+    from hermes_core.sandbox import SandboxError
+
+    events: list[tuple[str, float]] = []
+    late = make_agent(sim_url, sandbox_backend=_TimedBackend(events, start_error=SandboxError("not yet")))
+    result = late.run_conversation("Run a shell command that prints 'hi there'")
+    assert result["completed"] and "hi there" in result["messages"][2]["content"]  # the command started it
+    assert [name for name, _ in events] == ["open", "start", "close"]
+    events.clear()
+    broken = make_agent(sim_url, sandbox_backend=_TimedBackend(events, start_error=RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        broken.run_conversation("Run ls")
+    assert [name for name, _ in events] == ["open", "start", "close"]  # not left open
