@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import httpx
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import ExecuteRunWithPlanIterable, create_execution_plan, job_execution_iterator
 from dagster._core.execution.context_creation_job import (PlanOrchestrationContextManager,
@@ -114,6 +113,8 @@ def first_error(result: dg.ExecuteInProcessResult) -> str:
 
 
 def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    import httpx  # in the reload's thread: importing it (~0.1 s) is not the start-up's
+
     reply = httpx.post(f"{url.rstrip('/')}/graphql", json={"query": query, "variables": variables},
                        timeout=httpx.Timeout(RELOAD_TIMEOUT_S, connect=2.0))
     reply.raise_for_status()
@@ -122,6 +123,8 @@ def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
 
 def _reload(url: str, run_name: str) -> str | None:
     """Reload the code location at `url`; the line to print (None: no UI listening there)."""
+    import httpx  # see _graphql
+
     try:
         entry = _graphql(url, RELOAD, {"name": LOCATION})["reloadRepositoryLocation"]
         loaded = entry.get("locationOrLoadError") or {}

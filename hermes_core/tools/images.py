@@ -8,8 +8,6 @@ import hashlib
 import re
 from typing import Any
 
-import httpx
-
 from hermes_core.sandbox import Sandbox
 from hermes_core.tools.backends import Service
 
@@ -41,6 +39,8 @@ def as_image_url(image: str, sandbox: Sandbox) -> str:
 
 
 def _post(service: Service, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx  # when an image tool runs: importing it costs every command ~0.1 s of start-up
+
     try:
         response = httpx.post(f"{service.base_url}{path}", json={"model": service.model, **body},
                               headers={"Authorization": f"Bearer {service.api_key}"}, timeout=TIMEOUT_S)
@@ -80,6 +80,8 @@ def generate(service: Service, prompt: str, size: str, sources: list[str] | None
     if item.get("b64_json"):
         data = base64.b64decode(item["b64_json"])
     elif item.get("url"):
+        import httpx  # see _post
+
         try:
             data = httpx.get(item["url"], timeout=TIMEOUT_S).raise_for_status().content
         except httpx.HTTPError as exc:

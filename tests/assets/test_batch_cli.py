@@ -382,3 +382,12 @@ def test_the_sample_deadline_and_timeouts_can_change_on_resume(isolated_homes, s
     assert recipe["fingerprint"] == fingerprint
     assert (recipe["sample_timeout_s"], recipe["request_timeout_s"]) == (None, 30)
     assert [r["disposition"] for r in ledger_records(run_dir)] == ["failed_retryable", "kept"]
+
+
+def test_a_run_starts_without_importing_httpx():
+    """httpx (~0.1 s to import) is for the web and image tools and the UI reload, imported when they run."""
+    code = ("import sys, hermes_assets.cli, hermes_assets.phases, hermes_assets.definitions; "
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'httpx'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2])
+    assert out.stdout.strip() == "[]"
