@@ -10,11 +10,15 @@ the webserver at $HERMES_DAGSTER_URL is asked to reload the code location, so it
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401 - socket's host name codec, loaded at first use: here, not in the reload's thread
+import http.client
+import json
 import os
 import re
 import signal
 import sys
 import threading
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ PROJECT = Path(__file__).resolve().parent.parent  # workspace.yaml's working_dir
 UI_ENV = "HERMES_DAGSTER_URL"
 DEFAULT_UI = "http://127.0.0.1:3000"  # what `make dev` serves
 RELOAD_TIMEOUT_S = 30.0  # loading the code location takes seconds; the reload runs beside the CLI's work
+CONNECT_TIMEOUT_S = 2.0  # an address where nothing answers is no UI
 RELOAD = """mutation($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name) {
   __typename ... on WorkspaceLocationEntry { locationOrLoadError { __typename ... on PythonError { message } } }
   ... on Error { message } } }"""
@@ -112,19 +117,38 @@ def first_error(result: dg.ExecuteInProcessResult) -> str:
     return "the Dagster run failed"
 
 
-def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
-    import httpx  # in the reload's thread: importing it (~0.1 s) is not the start-up's
+class _NoServer(OSError):
+    """Nothing accepted a connection at the UI's address."""
 
-    reply = httpx.post(f"{url.rstrip('/')}/graphql", json={"query": query, "variables": variables},
-                       timeout=httpx.Timeout(RELOAD_TIMEOUT_S, connect=2.0))
-    reply.raise_for_status()
-    return reply.json()["data"]
+
+def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    """The `data` of a GraphQL query to the webserver at `url`. Over http.client, which Dagster has
+    imported already: this runs in a thread beside the run, and a module that thread was importing
+    when the run's worker processes fork would stay locked in them."""
+    target = urllib.parse.urlsplit(f"{url.rstrip('/')}/graphql")
+    if target.scheme not in ("http", "https") or not target.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    kind = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
+    connection = kind(target.hostname, target.port, timeout=CONNECT_TIMEOUT_S)
+    try:
+        try:
+            connection.connect()
+        except OSError as exc:  # refused, no such host, no answer in time
+            raise _NoServer(str(exc)) from exc
+        connection.sock.settimeout(RELOAD_TIMEOUT_S)
+        connection.request("POST", target.path, body=json.dumps({"query": query, "variables": variables}),
+                           headers={"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        body = reply.read()
+    finally:
+        connection.close()
+    if reply.status >= 400:
+        raise ValueError(f"HTTP {reply.status} {reply.reason} from {target.geturl()}")
+    return json.loads(body)["data"]
 
 
 def _reload(url: str, run_name: str) -> str | None:
     """Reload the code location at `url`; the line to print (None: no UI listening there)."""
-    import httpx  # see _graphql
-
     try:
         entry = _graphql(url, RELOAD, {"name": LOCATION})["reloadRepositoryLocation"]
         loaded = entry.get("locationOrLoadError") or {}
@@ -134,10 +158,10 @@ def _reload(url: str, run_name: str) -> str | None:
         repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
         groups = {group["groupName"] for group in
                   _graphql(url, GROUPS, {"repo": repo})["repositoryOrError"].get("assetGroups") or []}
-    except httpx.ConnectError:
+    except _NoServer:
         return None  # nothing serves there: no UI to tell
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # httpx adds a line of advice
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError, AttributeError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return (f"warning: could not reload the code location in the Dagster UI at {url}: {reason} (set {UI_ENV} "
                 "to the UI's address, or empty)")
     if run_name not in groups:

@@ -85,3 +85,22 @@ def test_no_ui_is_silent_and_a_failed_reload_is_one_warning(isolated_homes, sim_
     [warning] = [line for line in err if "Dagster UI" in line]
     assert warning.startswith(f"warning: could not reload the code location in the Dagster UI at {not_dagster}")
     assert "404" in warning and warning == err[-1]  # one line, the last
+
+
+def test_the_reload_imports_nothing_beside_the_run(sim_url):
+    """The reload runs in a thread while the run works; a module it were importing when the run's worker
+    processes fork would stay locked in them. So it uses only what the CLI has imported already."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, hermes_assets.cli, hermes_assets.phases
+from hermes_assets.launch import _reload
+before = set(sys.modules)
+print(_reload("http://127.0.0.1:{free_port()}", "x"))
+print(_reload("{sim_url.removesuffix('/v1')}", "x"))
+print(sorted(set(sys.modules) - before))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    nothing, not_found, imported = out.stdout.splitlines()
+    assert nothing == "None" and "HTTP 404" in not_found and imported == "[]"
