@@ -213,36 +213,35 @@ def test_a_run_cancelled_while_its_sandbox_opens_still_closes_it(sim_url):
     assert closed == [True]
 
 
-class _TimedBackend:
-    """A plain backend that records when each sandbox opens, starts and closes."""
+def timed_backend(events: list[tuple[str, float]], open_error: str | None = None,
+                  start_error: Exception | None = None):
+    """A plain backend that records in `events` when each sandbox opens, starts and closes; its
+    opens fail with `open_error`, its starts with `start_error`."""
+    from hermes_core.sandbox import SandboxError, SandboxSettings
+    from hermes_core.sandbox.local import PlainBackend
 
-    def __new__(cls, events: list[tuple[str, float]], open_error: str | None = None,
-                start_error: Exception | None = None):
-        from hermes_core.sandbox import SandboxError, SandboxSettings
-        from hermes_core.sandbox.local import PlainBackend
+    def start() -> None:
+        events.append(("start", time.monotonic()))
+        if start_error:
+            raise start_error
 
-        class Backend(PlainBackend):
-            def open(self, *args, **kwargs):
-                events.append(("open", time.monotonic()))
-                if open_error:
-                    raise SandboxError(open_error)
-                sandbox = super().open(*args, **kwargs)
-                original = sandbox.close
-                def start():
-                    events.append(("start", time.monotonic()))
-                    if start_error:
-                        raise start_error
+    class Backend(PlainBackend):
+        def open(self, *args, **kwargs):
+            events.append(("open", time.monotonic()))
+            if open_error:
+                raise SandboxError(open_error)
+            sandbox = super().open(*args, **kwargs)
+            original = sandbox.close
+            sandbox.start = start
+            sandbox.close = lambda: (events.append(("close", time.monotonic())), original())
+            return sandbox
 
-                sandbox.start = start
-                sandbox.close = lambda: (events.append(("close", time.monotonic())), original())
-                return sandbox
-
-        return Backend(SandboxSettings())
+    return Backend(SandboxSettings())
 
 
 def test_the_sandbox_gets_ready_while_the_model_writes_its_first_reply(sim_url):
     events: list[tuple[str, float]] = []
-    agent = make_agent(sim_url, sandbox_backend=_TimedBackend(events),
+    agent = make_agent(sim_url, sandbox_backend=timed_backend(events),
                        tool_progress=lambda e: events.append((e["status"], time.monotonic())))
     started = time.monotonic()
     result = agent.run_conversation("Run ls [sim:latency=1]")
@@ -255,11 +254,11 @@ def test_the_sandbox_gets_ready_while_the_model_writes_its_first_reply(sim_url):
 
 def test_a_sandbox_no_tool_needed_is_closed_and_not_counted(sim_url):
     events: list[tuple[str, float]] = []
-    result = make_agent(sim_url, sandbox_backend=_TimedBackend(events)).run_conversation("Say hi [sim:no-tools]")
+    result = make_agent(sim_url, sandbox_backend=timed_backend(events)).run_conversation("Say hi [sim:no-tools]")
     assert result["completed"] and not result["sandbox_created"] and not result["failed"]
     assert [name for name, _ in events] == ["open", "start", "close"]
     events.clear()
-    lazy = make_agent(sim_url, sandbox_backend=_TimedBackend(events), prepare_sandbox=False)
+    lazy = make_agent(sim_url, sandbox_backend=timed_backend(events), prepare_sandbox=False)
     assert lazy.run_conversation("Say hi [sim:no-tools]")["completed"] and events == []
     lazy.run_conversation("Run ls")
     assert [name for name, _ in events] == ["open", "start", "close"]  # opened at the tool call
@@ -267,7 +266,7 @@ def test_a_sandbox_no_tool_needed_is_closed_and_not_counted(sim_url):
 
 def test_a_sandbox_that_cannot_open_fails_only_samples_that_need_it(sim_url):
     events: list[tuple[str, float]] = []
-    broken = _TimedBackend(events, open_error="no room for a sandbox")
+    broken = timed_backend(events, open_error="no room for a sandbox")
     quiet = make_agent(sim_url, sandbox_backend=broken).run_conversation("Say hi [sim:no-tools]")
     assert quiet["completed"] and not quiet["failed"] and not quiet["sandbox_failed"]
     needed = make_agent(sim_url, sandbox_backend=broken).run_conversation("Run ls")
@@ -279,12 +278,12 @@ def test_a_sandbox_that_cannot_get_ready_is_still_used_or_closed(sim_url):
     from hermes_core.sandbox import SandboxError
 
     events: list[tuple[str, float]] = []
-    late = make_agent(sim_url, sandbox_backend=_TimedBackend(events, start_error=SandboxError("not yet")))
+    late = make_agent(sim_url, sandbox_backend=timed_backend(events, start_error=SandboxError("not yet")))
     result = late.run_conversation("Run a shell command that prints 'hi there'")
     assert result["completed"] and "hi there" in result["messages"][2]["content"]  # the command started it
     assert [name for name, _ in events] == ["open", "start", "close"]
     events.clear()
-    broken = make_agent(sim_url, sandbox_backend=_TimedBackend(events, start_error=RuntimeError("a bug")))
+    broken = make_agent(sim_url, sandbox_backend=timed_backend(events, start_error=RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
         broken.run_conversation("Run ls")
     assert [name for name, _ in events] == ["open", "start", "close"]  # not left open
