@@ -15,6 +15,11 @@ DEFAULT_REQUEST_TIMEOUT_S = 120.0
 DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which taskset and containers narrow."""
+    return len(os.sched_getaffinity(0))
+
+
 def check_base_url(url: str) -> None:
     """A ValueError saying what to fix unless a model endpoint can be requested at `url`."""
     try:

@@ -29,6 +29,11 @@ def processes_with(text: str) -> list[str]:
     return found
 
 
+def ignoring(signals: str, argv: list[str]) -> list[str]:
+    """`argv` started with `signals` (e.g. "INT TERM") ignored, as a script's background job starts."""
+    return ["bash", "-c", f'trap "" {signals}; exec "$@"', "bash", *argv]
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on (free to bind, or closed to connect to)."""
     with socket.socket() as sock:

@@ -291,6 +291,16 @@ def _close_when_opened(opening: "asyncio.Future[Sandbox]") -> None:
         threading.Thread(target=opening.result().close, name="hermes-sandbox-close", daemon=True).start()
 
 
+async def _opened(opening: "asyncio.Future[Sandbox]") -> Sandbox:
+    """The sandbox `opening` gives (or its error); cancelled meanwhile, the thread still opens it, and
+    it is closed once it has."""
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_when_opened)
+        raise
+
+
 class _Session:
     """One conversation's tool side: its sandbox (prepared as the conversation starts, or opened at
     the first tool call; closed in finally) and state."""
@@ -318,11 +328,7 @@ class _Session:
         if self.sandbox is None:
             self.prepare()
             opening, self._opening = self._opening, None  # this call's now: its sandbox or its error
-            try:
-                self.sandbox = await asyncio.shield(opening)
-            except asyncio.CancelledError:  # the thread still opens it: close it once it has
-                opening.add_done_callback(_close_when_opened)
-                raise
+            self.sandbox = await _opened(opening)
         if self.ctx is None:
             self.ctx = ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state,
                                    backends=self.agent.tool_backends, offered=frozenset(self.offered))
@@ -335,10 +341,7 @@ class _Session:
         if sandbox is None and self._opening is not None:  # prepared, never used
             opening, self._opening = self._opening, None
             try:
-                sandbox = await asyncio.shield(opening)
-            except asyncio.CancelledError:
-                opening.add_done_callback(_close_when_opened)
-                raise
+                sandbox = await _opened(opening)
             except SandboxError:
                 pass  # no tool needed it: not a failure of this sample
         if sandbox is not None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 from collections import deque
 from typing import Any, Callable
 
 import aiohttp
 
 from hermes_core.agent.loop import AIAgent
-from hermes_core.config import Endpoint
+from hermes_core.config import Endpoint, usable_cores
 from hermes_core.endpoints.model_client import http_session
 from hermes_core.batch.records import RunContext, SampleJob, build_record
 from hermes_core.batch.recipe import Recipe
@@ -95,7 +94,7 @@ class _Sessions:
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(max_workers=len(positions) + 4, thread_name_prefix="hermes-tool")
         )
-        gap = START_GAP_CORE_S / len(os.sched_getaffinity(0))
+        gap = START_GAP_CORE_S / usable_cores()
         async with http_session(self.endpoint.request_timeout_s, connections=len(positions)) as http:
 
             async def worker(position: int) -> None:

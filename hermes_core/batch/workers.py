@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Awaitable, Callable
 
+from hermes_core.config import usable_cores
+
 WORKERS_ENV = "HERMES_WORKER_PROCESSES"
 # Fewer sessions than this stay in one process: they do not load one core, and a worker costs a fork
 # (bench/throughput.py: 4 x 200 is no faster with 2 processes; 64 x 2,000 is, see README Performance).
@@ -57,7 +59,7 @@ def process_count(sessions: int) -> int:
                              "(1 runs every session in this process)")
         wanted = int(raw)
     else:
-        wanted = len(os.sched_getaffinity(0)) if sessions >= MIN_SESSIONS_FOR_PROCESSES else 1
+        wanted = usable_cores() if sessions >= MIN_SESSIONS_FOR_PROCESSES else 1
     return max(1, min(wanted, sessions))
 
 

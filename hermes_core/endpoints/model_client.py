@@ -302,7 +302,8 @@ class ModelClient:
         raise error
 
     def _post(self, body: dict[str, Any]) -> Any:
-        return self._session().post(self._url(), data=json_bytes(body), **self._request_args(self._url()))
+        url = self._url()
+        return self._session().post(url, data=json_bytes(body), **self._request_args(url))
 
     async def _once(self, body: dict[str, Any]) -> Completion:
         async with self._post(body) as response:

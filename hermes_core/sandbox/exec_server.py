@@ -28,6 +28,7 @@ from array import array
 from pathlib import Path
 from typing import Callable
 
+from hermes_core.config import usable_cores
 from hermes_core.sandbox.base import SandboxError
 
 SOURCE = Path(__file__).with_name("exec_server.c")
@@ -37,7 +38,7 @@ DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped 
 _STATUS = struct.Struct("=ci")
 # Sandboxes starting at once per process: 1,024 sessions starting together on 2 cores would each
 # take longer than START_TIMEOUT_S; in turns, each start takes milliseconds and the timeout means a fault.
-STARTS_AT_ONCE = 4 * len(os.sched_getaffinity(0))  # the cores this process may use, as workers.py counts them
+STARTS_AT_ONCE = 4 * usable_cores()
 _starting = threading.BoundedSemaphore(STARTS_AT_ONCE)
 _build_lock = threading.Lock()
 _built: dict[str, Path | None] = {}

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from procs import ignoring
+
 SCRIPT = """
 import signal, sys
 import dagster as dg
@@ -31,6 +33,6 @@ with dg.instance_for_test() as instance:
 def test_a_run_in_a_background_job_leaves_sigterm_as_it_found_it(tmp_path: Path) -> None:
     script = tmp_path / "phase.py"
     script.write_text(SCRIPT)
-    done = subprocess.run(["bash", "-c", 'trap "" INT; exec "$@"', "bash", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(ignoring("INT", [sys.executable, str(script)]), capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
     assert done.stdout.split() == ["True", "True", "True"], done.stderr[-3000:]

@@ -20,7 +20,7 @@ from hermes_core.sandbox import SandboxError, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import exec_server
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
-from procs import marker, processes_with, wait_until
+from procs import ignoring, marker, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(server_binary() is None, reason="no C compiler: commands run one bubblewrap each")
 
@@ -282,6 +282,6 @@ def test_commands_get_default_signals_whatever_started_the_sandbox(tmp_path: Pat
         "from hermes_core.sandbox.bubblewrap import BubblewrapBackend\n"
         "with BubblewrapBackend(SandboxSettings(state_root=Path(sys.argv[1]))) as local, local.open('s') as box:\n"
         "    print(box.exec('kill -TERM $$').exit_code, box.exec('kill -INT $$').exit_code)\n")
-    done = subprocess.run(["bash", "-c", 'trap "" INT TERM; exec "$@"', "bash", sys.executable, str(script),
-                           str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(ignoring("INT TERM", [sys.executable, str(script), str(tmp_path / "state")]),
+                          capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["143", "130"], done.stderr
