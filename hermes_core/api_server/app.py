@@ -238,7 +238,9 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             max_iterations=1 if housekeeping else settings.max_iterations, ephemeral_system_prompt=chat.system,
             max_retries=endpoint.max_retries, backoff_base_s=endpoint.backoff_base_s,
             sandbox_backend=backend or sandboxes, tool_progress=progress, tool_call_mode=settings.tool_call_mode,
-            **chat.options,
+            # Opened at the first tool call: many chat replies need none, and on docker a prepared
+            # sandbox would be a container started and removed for nothing.
+            prepare_sandbox=False, **chat.options,
         )
 
     def start_run(chat: ChatRequest, session: Session | None, housekeeping: bool, task_id: str,
