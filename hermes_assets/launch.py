@@ -19,11 +19,12 @@ import signal
 import sys
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster import DagsterEvent, DagsterEventType
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import ExecuteRunWithPlanIterable, create_execution_plan, job_execution_iterator
 from dagster._core.execution.context_creation_job import (PlanOrchestrationContextManager,
@@ -71,19 +72,39 @@ def execute_job(instance: dg.DagsterInstance, job: dg.JobDefinition, run_config:
     main = threading.current_thread() is threading.main_thread()  # signals are the main thread's
     term = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        events = list(ExecuteRunWithPlanIterable(
+        events = _events(ExecuteRunWithPlanIterable(
             execution_plan=plan,
             iterator=job_execution_iterator,
             execution_context_manager=PlanOrchestrationContextManager(
                 context_event_generator=orchestration_context_event_generator, job=in_memory, execution_plan=plan,
                 dagster_run=run, instance=instance, run_config=run_config, executor_defs=None, output_capture=None,
                 raise_on_error=False),
-        ))
+        ), main)
     finally:
         if main and term is not None:  # None: not set from Python, nothing to put back
             signal.signal(signal.SIGTERM, term)
     return dg.ExecuteInProcessResult(event_list=events, dagster_run=instance.get_run_by_id(run.run_id) or run,
                                      output_capture=None, job_def=in_memory.get_definition())
+
+
+def _events(run: Iterable[DagsterEvent], main: bool) -> list[DagsterEvent]:
+    """The run's events. Until its log capture has started, SIGINT is blocked in this thread: the
+    capture's mirroring processes (`tail -F` of the log file to the console, and its watcher) inherit
+    it blocked, so a terminal's Ctrl-C, which reaches the whole process group, neither kills them (the
+    rest of the run's output would then go to the log file only) nor makes the watcher print a
+    traceback. A Ctrl-C meanwhile is delivered once SIGINT is unblocked."""
+    blocked = main and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    events = []
+    try:
+        for event in run:
+            events.append(event)
+            if blocked and (event.event_type == DagsterEventType.LOGS_CAPTURED or event.step_key is not None):
+                blocked = False  # a step's events: capture started (or failed to), before any step ran
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return events
 
 
 # Where hermes-batch puts a key given with --api_key for its own runs: run config names this variable, never the key.

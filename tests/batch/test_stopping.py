@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
@@ -35,16 +36,21 @@ def ledger(run_name: str = "s1") -> Ledger:
     return Ledger(data_root() / run_name / "raw")
 
 
-def test_sigint_finishes_in_flight_samples_and_a_resume_sends_nothing_twice(isolated_homes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["to the command", "to its process group, as Ctrl-C"])
+def test_sigint_finishes_in_flight_samples_and_a_resume_sends_nothing_twice(isolated_homes, tmp_path: Path,
+                                                                             group: bool) -> None:
     dataset = write_prompts(tmp_path / "d.jsonl", 12)
     with SimulatedModelServer(latency=0.4) as sim:
         process = subprocess.Popen([HERMES_BATCH, *argv(dataset, sim.base_url)], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+                                   stderr=subprocess.PIPE, text=True, env=os.environ.copy(), start_new_session=group)
         assert wait_until(lambda: len(ledger().latest) >= 2, timeout=60)
-        process.send_signal(signal.SIGINT)
+        # A terminal's Ctrl-C reaches every process of the foreground group, Dagster's log mirroring
+        # processes too: they must neither die (the rest of the run's output would be lost) nor print.
+        os.killpg(process.pid, signal.SIGINT) if group else process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
         assert process.returncode == 130, err
         assert "finishing the samples in flight" in err and "stopped early: interrupted by SIGINT" in err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
         finished = set(ledger().latest)
         assert 2 <= len(finished) < 12
         # Every sample that started was finished and recorded: none was cut off mid-conversation.
