@@ -283,6 +283,19 @@ def test_bad_dataset_paths_are_one_clear_error(isolated_homes, sim_url, capsys, 
     assert not (isolated_homes / "data" / "t1").exists()
 
 
+def test_a_recipe_can_change_until_the_run_has_a_record(isolated_homes, sim_url, capsys):
+    """A run refused before any sample (here its endpoint) made nothing under its recipe: fixing a
+    typo in the model is not a changed recipe yet."""
+    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:2])
+    assert run(isolated_homes, f"http://127.0.0.1:{free_port()}/v1", dataset, "--model=hermes-simm") == 2
+    assert "No sample was sent" in capsys.readouterr().err
+    assert run(isolated_homes, sim_url, dataset, "--model=hermes-sim") == 0
+    rows = [json.loads(line) for line in (isolated_homes / "data" / "t1" / "trajectories.jsonl").open()]
+    assert [row["metadata"]["model"] for row in rows] == ["hermes-sim", "hermes-sim"]
+    assert run(isolated_homes, sim_url, dataset, "--model=other") == 2  # now it has records: refused
+    assert "different recipe (changed: model)" in capsys.readouterr().err
+
+
 def test_output_dir_that_is_a_file_is_one_clear_error(isolated_homes, sim_url, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
     taken = isolated_homes / "taken"
