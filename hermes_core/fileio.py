@@ -41,6 +41,7 @@ def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make every output private to this user
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
@@ -50,6 +51,18 @@ def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_path(path.parent)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for every thread)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def atomic_write_text(path: str | Path, text: str | bytes) -> Path:

@@ -37,10 +37,18 @@ PROMPTS = [{"prompt": f"Run a command that prints {i}", "id": f"p{i}"} for i in 
 
 def test_run_writes_hermes_sharegpt_rows_and_statistics(isolated_homes, sim_url, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS + [{"prompt": "Say hi", "metadata": {"k": 1}, "x": 2}])
-    assert run(isolated_homes, sim_url, dataset) == 0
+    umask = os.umask(0o027)
+    try:
+        assert run(isolated_homes, sim_url, dataset) == 0
+    finally:
+        os.umask(umask)
     out = capsys.readouterr().out
     run_dir = isolated_homes / "data" / "t1"
     assert "SIMULATED" in out and str(run_dir / "trajectories.jsonl") in out
+    # Every file as the umask makes it, the ones written atomically too: a team shares the outputs.
+    modes = {str(path.relative_to(run_dir)): oct(path.stat().st_mode & 0o777) for path in run_dir.rglob("*")
+             if path.is_file()}
+    assert set(modes.values()) == {oct(0o640)}, modes
 
     rows = read_jsonl(run_dir / "trajectories.jsonl")
     assert [r["prompt_index"] for r in rows] == list(range(6))
