@@ -124,6 +124,7 @@ def compute_statistics(
         },
         "toolset_statistics": dict(Counter(t for row in rows for t in row["toolsets"]).most_common()),
         "toolsets_lost_samples": sum(1 for row in recorded if row["toolsets_lost"]),
+        "toolsets_lost": dict(Counter(t for row in recorded for t in row["toolsets_lost"]).most_common()),
         # Of the failed samples, most common first: the summary names the first.
         "failure_reasons": dict(Counter(_failure_reason(row["error"]) for row in recorded
                                         if row["disposition"] in FAILED).most_common(REASONS_KEPT)),
@@ -137,6 +138,13 @@ def compute_statistics(
         },
         "throughput": {"samples_per_min": round(60.0 * finished / duration_seconds, 2) if duration_seconds else 0.0},
     }
+
+
+def _lost_line(lost: dict[str, int], recorded: int) -> str:
+    """Toolsets that samples drew but could not be offered: said, as the rows silently lack them."""
+    drawn = ", ".join(f"{name} in {count}" for name, count in lost.items())
+    return (f"  toolsets drawn but not offered, their backend not configured (README: Networked tools): {drawn} "
+            f"of {recorded} samples")
 
 
 def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bool = False) -> str:
@@ -168,6 +176,7 @@ def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bo
         f"terminal {counts['failed_terminal']}; invalid input lines {counts['invalid_input_lines']}; "
         f"pending {counts['pending']}",
         *([f"  most common failure ({count} of {failed} failed samples): {reason}"] if reason else []),
+        *([_lost_line(lost, sum(counts[d] for d in DISPOSITIONS))] if (lost := stats.get("toolsets_lost")) else []),
         f"  api calls {stats['api_calls']}, tokens {stats['usage']['total_tokens']}, "
         f"time {stats['duration_seconds']:.1f}s, {stats['throughput']['samples_per_min']} samples/min",
         "",

@@ -196,7 +196,7 @@ def test_an_agent_browses_a_local_page_and_follows_a_link(site: str, searx: str,
 
 @needs_chromium
 def test_batch_run_with_the_default_distribution_over_local_servers(isolated_homes, site: str, searx: str,
-                                                                    sim_url: str, tmp_path: Path) -> None:
+                                                                    sim_url: str, tmp_path: Path, capsys) -> None:
     prompts = ["Search the web for the foundry, then read the article [sim:tools=2]",
                "Draw an image of a lighthouse, then describe the picture [sim:tools=2]",
                "Run a shell command that lists the folder",
@@ -217,10 +217,15 @@ def test_batch_run_with_the_default_distribution_over_local_servers(isolated_hom
     assert all(list(row["tool_stats"]) == registry.universe for row in rows)  # the schema is unchanged
     stats = json.loads((run / "statistics.json").read_text())
     assert stats["toolsets_lost_samples"] == 0 and len(rows) == 5
-    # Without the vision, image and browser backends those toolsets are not offered, and counted as lost.
+    assert "not offered" not in capsys.readouterr().out
+    # Without the vision, image and browser backends those toolsets are not offered, counted as lost and said.
     assert batch_main([f"--dataset_file={dataset}", "--run_name=net2", f"--base_url={sim_url}", "--api_key=k",
                        "--distribution=default", *flags[:2]]) == 0
-    assert json.loads((data_root() / "net2" / "statistics.json").read_text())["toolsets_lost_samples"] == 5
+    stats = json.loads((data_root() / "net2" / "statistics.json").read_text())
+    assert stats["toolsets_lost_samples"] == 5
+    assert stats["toolsets_lost"] == {"vision": 5, "image_gen": 5, "browser": 5}
+    assert ("toolsets drawn but not offered, their backend not configured (README: Networked tools): vision in 5, "
+            "image_gen in 5, browser in 5 of 5 samples") in capsys.readouterr().out
     lost = {tuple(r["toolsets_lost"]) for r in Ledger(data_root() / "net2" / "raw").latest.values()}
     assert lost == {("vision", "image_gen", "browser")}
     recipe = json.loads((run / "recipe.json").read_text())
