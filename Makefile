@@ -1,4 +1,5 @@
 VENV ?= .venv
+UI_PORT ?= 3000
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
@@ -40,8 +41,8 @@ test-frontend: install
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml
 
-dev: install  ## the Dagster UI on http://127.0.0.1:3000
-	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+dev: install  ## the Dagster UI on http://127.0.0.1:$(UI_PORT) (make dev UI_PORT=3001 for another port)
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 clean:
 	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs

@@ -44,7 +44,7 @@ def test_run_writes_hermes_sharegpt_rows_and_statistics(isolated_homes, sim_url,
         os.umask(umask)
     out = capsys.readouterr().out
     run_dir = isolated_homes / "data" / "t1"
-    assert "SIMULATED" in out and str(run_dir / "trajectories.jsonl") in out
+    assert "SIMULATED" in out and str(run_dir / "trajectories.jsonl") in out and "6 prompts in 3 batches of ≤2" in out
     # Every file as the umask makes it, the ones written atomically too: a team shares the outputs.
     modes = {str(path.relative_to(run_dir)): oct(path.stat().st_mode & 0o777) for path in run_dir.rglob("*")
              if path.is_file()}
@@ -129,6 +129,7 @@ def test_skip_invalid_runs_the_rest_and_counts_them(isolated_homes, sim_url, cap
 def test_changed_recipe_under_the_same_run_name_is_refused(isolated_homes, sim_url, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:1])
     assert run(isolated_homes, sim_url, dataset) == 0
+    assert "1 prompt in 1 batch of ≤2" in capsys.readouterr().out
     assert run(isolated_homes, sim_url, dataset, "--seed=7") == 2
     assert "seed" in capsys.readouterr().err
     assert run(isolated_homes, sim_url, dataset, "--seed=7", "--force-new-fingerprint") == 0
