@@ -139,6 +139,8 @@ def test_dry_run_calls_nothing_and_writes_nothing(dataset, sim_url, sim_server, 
     report = json.loads(capsys.readouterr().out)
     assert report["dry_run"] and report["output"] is None
     assert report["counts"]["compressed"] == 4 and report["counts"]["over_budget"] == 4
+    [file] = report["files"]
+    assert file["compressed_rows"] == 4 and file["written"] is None and file["output"] is None
     assert report["summariser"]["calls"] == 0 and report["tokens"]["compressed"] < report["tokens"]["original"]
     # no endpoint is needed for a dry run
     assert compress_main([f"--input={dataset}", "--dry_run", "--target_max_tokens=2000"]) == 0

@@ -169,9 +169,12 @@ async def acompress_file(input_path: str | Path, output_path: str | Path | None 
             await http.close()
     # save_over_limit: false leaves out the rows that are still over budget as written
     kept = [config.save_over_limit or not metrics["still_over_budget"] for _, metrics in results]
+    # Per file: rows read, rows drawn to compress (sample_percent), rows compressed, rows written
+    # (None in a dry run: nothing is).
     files = [{"input": str(src.input.resolve()), "output": None if dry_run else str(src.output.resolve()),
-              "rows": src.total, "compressed_rows": len(src.rows),
-              "written": sum(k for (s, *_), k in zip(work, kept) if s is src)} for src in sources]
+              "rows": src.total, "sampled_rows": len(src.rows),
+              "compressed_rows": sum(m["compressed"] for (s, *_), (_, m) in zip(work, results) if s is src),
+              "written": None if dry_run else sum(k for (s, *_), k in zip(work, kept) if s is src)} for src in sources]
     report = {
         "input": str(source.resolve()),
         "output": None if dry_run else str(output.resolve()),
