@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from hermes_core.batch.code_versions import source_version
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_core.batch.sample_table import COLUMNS, TOOL_COLUMNS, sample_table
 from hermes_assets.metadata import catalog
-from hermes_assets.versions import source_version
 
 if TYPE_CHECKING:
     import pandas

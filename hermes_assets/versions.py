@@ -10,8 +10,8 @@ Data versions (Dagster compares them to mark downstream assets stale):
   (key, disposition, attempt, finished_at; "pending" without one): it moves exactly when a record lands.
 - `filtered_trajectories`, `statistics`: sha256 of the file they wrote.
 
-Code versions: a sha256 over the installed source files that shape an asset's rows (`ROW_SHAPING`),
-hashed once at import; not `hermes_core.__version__`, which stays the same while that code changes.
+Code versions: hermes_core.batch.code_versions (a sha256 over the source files that shape an asset's
+rows), the same ones the rows record.
 """
 
 from __future__ import annotations
@@ -30,50 +30,14 @@ from dagster._core.definitions.data_version import (
     NULL_EVENT_POINTER, get_input_data_version_tag, get_input_event_pointer_tag,
 )
 
-import hermes_core
+from hermes_core.batch.code_versions import ROW_SHAPING, code_version
 from hermes_core.batch.ledger import Batch, Ledger
 from hermes_core.batch.pipeline import BatchOutcome, RunPaths
 from hermes_core.batch.recipe import Recipe
 from hermes_core.formats.filters import Disposition
 from hermes_assets.metadata import source_catalog
 
-PACKAGE_ROOT = Path(hermes_core.__file__).resolve().parent
-
-# tools/ whole: every tool's schema is rendered into each row's system turn and its code writes the
-# tool results; endpoints/constrained.py is the tool-call protocol without a template.
-_RAW = ("batch/records.py", "batch/runner.py", "agent/", "formats/sharegpt.py", "formats/filters.py", "tools/",
-        "endpoints/constrained.py")
-# Per asset, the hermes_core files (a folder: every .py under it) whose change changes what it writes.
-# Plumbing that moves bytes without shaping them (ledger storage, locks, progress) is left out on
-# purpose: changing it must not mark every run stale.
-ROW_SHAPING: dict[str, tuple[str, ...]] = {
-    # validation and keying; the recipe's fingerprint is part of every sample key
-    "prompts": ("batch/dataset.py", "batch/recipe.py"),
-    # the seeded toolset draw and the batch plan
-    "toolset_assignments": ("tools/distributions.py", "batch/ledger.py"),
-    # the agent loop, the tools offered, the ShareGPT row, its metadata and its disposition
-    "raw_trajectories": _RAW,
-    # the merge (pipeline.write_trajectories) of rows shaped upstream
-    "filtered_trajectories": ("batch/pipeline.py", "fileio.py"),
-    "statistics": ("batch/stats.py", "batch/pipeline.py"),
-    "compressed_trajectories": ("formats/compression/",),
-    "exports": ("exports/",),
-}
-
-
-def source_version(files: Iterable[str], root: Path = PACKAGE_ROOT) -> str:
-    """sha256 (16 hex) over the named files under `root` (a folder name: its .py files), path and bytes."""
-    paths: list[Path] = []
-    for name in files:
-        target = root / name
-        paths += sorted(target.rglob("*.py")) if target.is_dir() else [target]
-    digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-CODE_VERSIONS: dict[str, str] = {asset: source_version(files) for asset, files in ROW_SHAPING.items()}
+CODE_VERSIONS: dict[str, str] = {asset: code_version(asset) for asset in ROW_SHAPING}
 
 
 def dataset_asset_key(run: str) -> dg.AssetKey:

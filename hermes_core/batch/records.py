@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_core.batch.stopping import Price
-from hermes_core.config import VERSION
+from hermes_core.batch.code_versions import code_version
 from hermes_core.batch.dataset import Sample
 from hermes_core.formats.filters import Disposition, FilterSettings, classify
 from hermes_core.formats.hermes_text import OWN_TEXT, HermesText
@@ -84,7 +84,7 @@ def build_record(job: SampleJob, result: dict[str, Any], ctx: RunContext) -> dic
             "partition_key": job.partition_key,
             "dagster_run_id": ctx.dagster_run_id,
             "distribution": ctx.distribution,
-            "code_version": VERSION,
+            "code_version": code_version("raw_trajectories"),  # as its materialization says
             "recipe_fingerprint": ctx.recipe_fingerprint,
             "dataset_sha256": ctx.dataset_sha256,
             "input_metadata": sample.metadata,  # the dataset row's own `metadata`, untouched

@@ -133,7 +133,8 @@ def render_card(paths: ExportPaths, items: list[ExportRow], *, features: "datase
               f"- rows: {len(items)}",
               f"- content sha256 (exported rows as canonical JSON lines): `{sha256}`",
               f"- input dataset sha256: `{dataset_sha}`",
-              f"- code version: `{VERSION}` (export); rows written by {', '.join(versions) or 'unknown'}",
+              f"- code version: `{VERSION}` (export); rows shaped by code version(s) "
+              f"{', '.join(f'`{v}`' for v in versions) or 'unknown'} (a sha256 of the code that wrote them)",
               "- every row's `metadata` names its Dagster run, partition, recipe fingerprint and dataset sha256",
               "", "## Schema", "",
               "One fixed schema on every row. JSON strings where types vary between rows: `id`, `extra`, "

@@ -16,7 +16,8 @@ from hermes_assets.cli import batch_main
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.sensors import build_run_sensors
-from hermes_assets.versions import CODE_VERSIONS, ROW_SHAPING, source_version
+from hermes_core.batch.code_versions import ROW_SHAPING, source_version
+from hermes_assets.versions import CODE_VERSIONS
 from hermes_core import __version__
 from hermes_core.batch.recipe import Recipe, load_recipe, save_recipe
 from hermes_core.config import data_root
@@ -102,6 +103,10 @@ def test_data_versions_follow_the_dataset_and_partitions_keep_their_state(isolat
     assert meta["samples_run"] == 2 and meta["dataset_sha256"] == sha and meta["batch_num"] == 1
     assert meta["recipe"]["run_name"] == "v1" and meta["recipe_fingerprint"] == recipe.fingerprint()
     assert first.tags["dagster/code_version"] == CODE_VERSIONS["raw_trajectories"]  # type: ignore[union-attr]
+    assert meta["code_version"] == CODE_VERSIONS["raw_trajectories"]
+    # ... and every row names the same code: a row leads to the code that shaped it.
+    rows = [json.loads(line) for line in (data_root() / "v1" / "trajectories.jsonl").read_text().splitlines()]
+    assert rows and {row["metadata"]["code_version"] for row in rows} == {CODE_VERSIONS["raw_trajectories"]}
     partition_version = first.tags["dagster/data_version"]  # type: ignore[union-attr]
     for name in ("prompts", "toolset_assignments", "filtered_trajectories", "statistics"):
         assert status(instance, assets, name) == StaleStatus.FRESH, name

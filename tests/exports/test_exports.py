@@ -19,6 +19,7 @@ from hermes_assets.export_assets import build_export_assets
 from hermes_core.exports import ExportError, export_main, export_run, hf, trl
 from hermes_core.exports.trl import TRL_FEATURES, agent_to_messages, message, openai_tools, sharegpt_to_messages
 from hermes_core.batch.recipe import load_recipe
+from hermes_core.batch.code_versions import code_version
 from hermes_core.formats.sharegpt import hermes_system_prompt, to_conversations
 
 RUN = "exports_run"
@@ -186,7 +187,8 @@ def test_dataset_card_describes_the_run(run_dir):
     for text in ("SIMULATED", "`export_mix`: terminal 100%, file 100%, code_execution 100%", "| max_turns | 3 |",
                  "run seed 0", "require reasoning: True", recipe.fingerprint(), dataset_sha,
                  "| kept | 6 | 6 |", f"| discarded_hallucinated_tool | {stats['counts']['discarded_hallucinated_tool']} | 0 |",
-                 "code version: `0.1.0`", "load_from_disk", "SFTTrainer", "`tool_stats_other`"):
+                 "code version: `0.1.0`", f"rows shaped by code version(s) `{code_version('raw_trajectories')}`",
+                 "load_from_disk", "SFTTrainer", "`tool_stats_other`"):
         assert text in card, text
     assert "content sha256" in card and hf.export_hf(run_dir, targets=()).sha256 in card
 
