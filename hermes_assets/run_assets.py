@@ -20,7 +20,7 @@ from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
 from hermes_assets.slots import abandon_run, tag_run
-from hermes_assets.versions import (CODE_VERSIONS, build_dataset_source, file_version, keys_version,
+from hermes_assets.versions import (CODE_VERSIONS, STOPPED_TAG, build_dataset_source, file_version, keys_version,
                                     lineage_metadata, observe_dataset, partition_materialization,
                                     planned_dataset_sha256)
 
@@ -132,6 +132,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         outcomes: dict[str, pipeline.BatchOutcome] = result["outcomes"]  # type: ignore[assignment]
         if result["stopped"]:  # the unfinished batches stay unmaterialized: materializing them resumes
             context.log.warning(f"stopped early: {result['stopped']}")
+            # The run still succeeds (what it finished is saved); the Runs page shows and filters this tag.
+            context.instance.add_run_tags(context.run_id, {STOPPED_TAG: str(result["stopped"])})
         failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
         if failed:
             raise dg.Failure(

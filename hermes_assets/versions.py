@@ -155,6 +155,9 @@ def planned_dataset_sha256(paths: RunPaths) -> str:
     return json.loads(paths.dataset.read_text())["sha256"]
 
 
+STOPPED_TAG = "hermes/stopped"  # on a batch run that stopped early: why (a signal, a budget, the request cap)
+
+
 def run_tags(recipe: Recipe, dataset_sha256: str | None) -> dict[str, str]:
     """Tags naming what a run works on, so the Runs page can be filtered by them."""
     tags = {"hermes/run": recipe.run_name, "hermes/model": recipe.model, "hermes/distribution": recipe.distribution}

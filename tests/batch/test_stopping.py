@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from hermes_assets.cli import batch_main
@@ -51,6 +52,10 @@ def test_sigint_finishes_in_flight_samples_and_a_resume_sends_nothing_twice(isol
         assert process.returncode == 130, err
         assert "finishing the samples in flight" in err and "stopped early: interrupted by SIGINT" in err
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        # In the UI the run succeeded (what it finished is saved) and says why it stopped early.
+        [batch_run] = dg.DagsterInstance.get().get_runs(dg.RunsFilter(job_name="s1__batch_job"))
+        assert batch_run.status == dg.DagsterRunStatus.SUCCESS
+        assert batch_run.tags["hermes/stopped"] == "interrupted by SIGINT"
         finished = set(ledger().latest)
         assert 2 <= len(finished) < 12
         # Every sample that started was finished and recorded: none was cut off mid-conversation.
