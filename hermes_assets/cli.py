@@ -177,6 +177,8 @@ def _recipe(args: argparse.Namespace, endpoint: Endpoint) -> Recipe:
 
 def run_batch(args: argparse.Namespace) -> int:
     root = data_root(args.output_dir)
+    if root.exists() and not root.is_dir():
+        raise RecipeError(f"the data root {root} (--output_dir, else $HERMES_DATA_DIR) is a file, not a folder")
     if args.ledger_url:  # a deployment setting like the data root: every step of this process reads it
         os.environ["HERMES_LEDGER_URL"] = args.ledger_url
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)

@@ -124,7 +124,7 @@ def merged_environment(env_file: str | Path | None = None, environ: Mapping[str,
     environ = dict(os.environ if environ is None else environ)
     path = Path(env_file).expanduser() if env_file else default_env_file(environ)
     if env_file and not path.is_file():
-        raise SettingsError(f"env file {path} does not exist")
+        raise SettingsError(f"env file {path} " + ("is not a regular file" if path.exists() else "does not exist"))
     return {**(read_env_file(path) if path.is_file() else {}), **environ}
 
 

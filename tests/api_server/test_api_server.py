@@ -202,6 +202,8 @@ def test_env_file_values_under_the_process_environment(tmp_path: Path, sim_serve
         load_settings(env_file, {"API_SERVER_TOOLSETS": "nope"})
     with pytest.raises(SettingsError, match="does not exist"):
         load_settings(tmp_path / "absent.env", {})
+    with pytest.raises(SettingsError, match="/dev/null is not a regular file"):
+        load_settings("/dev/null", {})
 
 
 def test_cors_only_for_listed_origins(server: ApiServer) -> None:

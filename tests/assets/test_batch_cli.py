@@ -311,7 +311,7 @@ def test_output_dir_that_is_a_file_is_one_clear_error(isolated_homes, sim_url, c
     taken.write_text("keep me")
     assert run(isolated_homes, sim_url, dataset, f"--output_dir={taken}") == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {taken}") and "Not a directory" in err and err.count("\n") == 1
+    assert err == f"error: the data root {taken} (--output_dir, else $HERMES_DATA_DIR) is a file, not a folder\n"
     assert taken.read_text() == "keep me"
 
 
