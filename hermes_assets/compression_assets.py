@@ -8,6 +8,7 @@ the `CompressionConfig` fields plus `model`, `base_url`, `tokenizer`), or for ev
 
 # No `from __future__ import annotations`: Dagster reads the asset's parameter types at definition time.
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any, Mapping, Optional
 
 import dagster as dg
 
-from hermes_core.formats.compression import METRICS_FILE, CompressionConfig, compress_file, load_counter
+from hermes_core.formats.compression import (METRICS_FILE, CompressionConfig, compress_file, load_counter,
+                                             report_summary)
 from hermes_core.config import Endpoint
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
@@ -57,6 +59,21 @@ def validate_compression_settings(raw: Any) -> dict[str, Any]:
             raise ValueError(f"compression setting {key!r}: expected a string")
     CompressionConfig.from_mapping({k: v for k, v in raw.items() if k not in ENDPOINT_KEYS})
     return dict(raw)
+
+
+def compression_ops(recipe: Recipe, show_progress: bool) -> dict[str, Any]:
+    """Run config for a job that holds the run's compressed_trajectories (none when compression is off)."""
+    if recipe_compression(recipe) is None:
+        return {}
+    return {f"{recipe.run_name}__compressed_trajectories": {"config": {"show_progress": show_progress}}}
+
+
+def compression_summary(recipe: Recipe, paths: RunPaths) -> str | None:
+    """What the CLI adds to its summary for a compressed run: the compress report's lines, indented."""
+    metrics = paths.root / METRICS_FILE
+    if recipe_compression(recipe) is None or not metrics.is_file():
+        return None
+    return "\n".join(f"  {line}" for line in report_summary(json.loads(metrics.read_text())).splitlines())
 
 
 def recipe_compression(recipe: Recipe) -> dict[str, Any] | None:

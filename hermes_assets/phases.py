@@ -19,6 +19,7 @@ from hermes_core.batch.stopping import interrupt
 from hermes_core.config import Endpoint
 from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
 from hermes_assets.checks import blocking_failures, format_check_results
+from hermes_assets.compression_assets import compression_ops, compression_summary
 from hermes_assets.definitions import build_definitions
 from hermes_assets.instance import get_instance
 from hermes_assets.launch import execute_job, first_error, run_config
@@ -75,7 +76,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
     # The CLI stays free of pandas (~1 s to import): the samples table is built from the UI or by automation.
-    final = phase(finalize_job_name(run), skip=("samples",))
+    final = phase(finalize_job_name(run), ops=compression_ops(recipe, show_progress=True), skip=("samples",))
     check_lines = format_check_results(final)
     for line in check_lines:
         print(line, file=sys.stderr)
@@ -86,6 +87,8 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     if not final.success:
         raise RecipeError(first_error(final))
     print(pipeline.summary(paths))
+    if compressed := compression_summary(recipe, paths):
+        print(compressed)
     stopped = pipeline.last_stop(paths) if pending else None
     if is_config_error(stopped):
         print(f"\nerror: {stopped}. The run stopped, as every later sample would fail the same way; fix it and "

@@ -200,11 +200,15 @@ def test_unusable_images_stop_the_run_before_any_model_call(isolated_homes, sim_
     assert ledger_records(isolated_homes / "data" / "t1") == []
 
 
-def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url):
+def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": "Run many commands [sim:tools=30]"}, PROMPTS[0]])
     assert run(isolated_homes, sim_url, dataset, "--max_turns=40", "--compress",
                "--compress_target_max_tokens=3000") == 0
     run_dir = isolated_homes / "data" / "t1"
+    out, err = capsys.readouterr()
+    assert "compress 2/2 rows | compressed 1" in err  # the step's progress line
+    assert "  compressed 1 of 2 row(s): 1 over budget, 0 still over budget, 0 failed" in out
+    assert f"  output: {run_dir / 'trajectories.compressed.jsonl'}" in out
     rows = read_jsonl(run_dir / "trajectories.compressed.jsonl")
     assert [r["compression_metrics"]["compressed"] for r in rows] == [True, False]
     assert any(t["value"].startswith("[CONTEXT SUMMARY]:") for t in rows[0]["conversations"])

@@ -8,7 +8,7 @@ span with a `[CONTEXT SUMMARY]:` turn written by a summariser model.
 - `load_counter`: token counting, offline (a local tokenizer.json, or the stated approximation).
 """
 
-from hermes_core.formats.compression.cli import compress_main
+from hermes_core.formats.compression.cli import compress_main, report_summary
 from hermes_core.formats.compression.files import (
     CACHE_FILE,
     METRICS_FILE,
@@ -47,5 +47,5 @@ __all__ = [
     "TURN_OVERHEAD", "ApproximateCounter", "CompressionConfig", "CompressionInputError", "ConfigFile",
     "ConfigFileError", "Plan", "Summariser", "SummaryCache", "TokenCounter", "TokenizerError", "TokenizerFileCounter",
     "acompress_file", "compress_file", "compress_main", "compress_row", "counter_for_name", "default_metrics",
-    "default_output", "load_config_file", "load_counter", "plan_span", "turn_tokens",
+    "default_output", "load_config_file", "load_counter", "plan_span", "report_summary", "turn_tokens",
 ]

@@ -136,7 +136,9 @@ def _endpoint(args: argparse.Namespace, file: ConfigFile | None, timeout: float)
                             backoff_base_s=float(file.get("summarization.retry_delay")))
 
 
-def _summary(report: dict[str, Any]) -> str:
+def report_summary(report: dict[str, Any]) -> str:
+    """The report in a few lines: rows compressed, tokens before and after, the tokenizer (and, unless
+    a dry run, where the output and metrics went)."""
     counts, tokens = report["counts"], report["tokens"]
     lines = [
         f"{'DRY RUN: would compress' if report['dry_run'] else 'compressed'} {counts['compressed']} of "
@@ -171,7 +173,7 @@ def compress_main(argv: list[str] | None = None) -> int:
         return 130
     if args.dry_run:
         print(json.dumps(report, indent=2))
-    print(_summary(report), file=sys.stderr if args.dry_run else sys.stdout)
+    print(report_summary(report), file=sys.stderr if args.dry_run else sys.stdout)
     if report["counts"]["failed"]:
         print(f"{report['counts']['failed']} row(s) kept uncompressed after summariser failures; run the same "
               "command again to retry them (summaries already made are reused)", file=sys.stderr)
