@@ -20,7 +20,7 @@ from hermes_core.endpoints.request_options import add_request_arguments, request
 from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
-from hermes_core.batch.settled import settled_check_lines
+from hermes_core.batch.settled import Printed, settled_lines
 from hermes_assets.instance import dagster_home
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger, has_records
@@ -207,8 +207,8 @@ def run_batch(args: argparse.Namespace) -> int:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
               file=sys.stderr)
     paths, instance_files = RunPaths(folder), _instance_files()
-    if saved.read_bytes() == before and (lines := settled_check_lines(paths, dataset.path, instance_files)) is not None:
-        return _settled(args, recipe, paths, lines)
+    if saved.read_bytes() == before and (printed := settled_lines(paths, dataset.path, instance_files)) is not None:
+        return _settled(args, recipe, paths, printed)
     if not args.plan_only:
         hf_loading.start_loader()  # the check after the run loads the output with HF datasets
     from hermes_assets.launch import UiReload
@@ -230,7 +230,7 @@ def _instance_files() -> list[Path]:
     return [home / "dagster.yaml", home / "history" / "runs.db"]
 
 
-def _settled(args: argparse.Namespace, recipe: Recipe, paths: RunPaths, check_lines: list[str]) -> int:
+def _settled(args: argparse.Namespace, recipe: Recipe, paths: RunPaths, printed: Printed) -> int:
     """A resume of a settled run: what the full path would print, without its Dagster runs (it would
     plan nothing, run nothing and rebuild the same outputs)."""
     todo = pipeline.plan(recipe, paths)
@@ -241,9 +241,11 @@ def _settled(args: argparse.Namespace, recipe: Recipe, paths: RunPaths, check_li
         raise RecipeError(f"run {recipe.run_name}: {todo.pending_samples} sample(s) pending in a settled run; "
                           f"delete {paths.root / 'settled.json'} and run the same command")
     print("nothing to run: every sample already has a final record", file=sys.stderr)
-    for line in check_lines:
+    for line in printed.check_lines:
         print(line, file=sys.stderr)
     print(pipeline.summary(paths))
+    for line in printed.after_summary:
+        print(line)
     return 0
 
 

@@ -16,8 +16,7 @@ from typing import Any, Mapping, Optional
 
 import dagster as dg
 
-from hermes_core.formats.compression import (METRICS_FILE, CompressionConfig, compress_file, load_counter,
-                                             report_summary)
+from hermes_core.formats.compression import CompressionConfig, compress_file, load_counter, report_summary
 from hermes_core.config import Endpoint
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
@@ -27,7 +26,6 @@ from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.versions import CODE_VERSIONS
 
 COMPRESSION_ENV = "HERMES_COMPRESSION"
-OUTPUT_FILE = "trajectories.compressed.jsonl"
 ENDPOINT_KEYS = ("model", "base_url", "tokenizer")  # where to summarise/count, not how to compress
 
 
@@ -68,12 +66,11 @@ def compression_ops(recipe: Recipe, show_progress: bool) -> dict[str, Any]:
     return {f"{recipe.run_name}__compressed_trajectories": {"config": {"show_progress": show_progress}}}
 
 
-def compression_summary(recipe: Recipe, paths: RunPaths) -> str | None:
+def compression_summary(recipe: Recipe, paths: RunPaths) -> list[str]:
     """What the CLI adds to its summary for a compressed run: the compress report's lines, indented."""
-    metrics = paths.root / METRICS_FILE
-    if recipe_compression(recipe) is None or not metrics.is_file():
-        return None
-    return "\n".join(f"  {line}" for line in report_summary(json.loads(metrics.read_text())).splitlines())
+    if recipe_compression(recipe) is None or not paths.compression_metrics.is_file():
+        return []
+    return [f"  {line}" for line in report_summary(json.loads(paths.compression_metrics.read_text())).splitlines()]
 
 
 def recipe_compression(recipe: Recipe) -> dict[str, Any] | None:
@@ -129,8 +126,8 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
         **catalog("output", "openai", "json"),  # it calls a model endpoint to summarise
         deps=[dg.AssetKey([run, "filtered_trajectories"])],
         pool=MODEL_POOL,  # it drives a model endpoint like raw_trajectories, so it shares the cap
-        description=f"Trajectories fitted into a token budget (middle spans summarised): {OUTPUT_FILE} "
-        f"and {METRICS_FILE} (SPEC §10).",
+        description=f"Trajectories fitted into a token budget (middle spans summarised): {paths.compressed.name} "
+        f"and {paths.compression_metrics.name} (SPEC §10).",
     )
     def compressed_trajectories(context: dg.AssetExecutionContext, config: CompressionRunConfig,
                                 model_endpoint: ModelEndpointResource) -> dg.MaterializeResult:
@@ -141,10 +138,10 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
         if not paths.trajectories.is_file():
             raise dg.Failure(f"{paths.trajectories} does not exist: materialize filtered_trajectories first")
         report = compress_file(
-            paths.trajectories, paths.root / OUTPUT_FILE, config=compression,
+            paths.trajectories, paths.compressed, config=compression,
             counter=load_counter(settings.get("tokenizer")),
             endpoint=_endpoint(settings, recipe, model_endpoint, compression.timeout_s),
-            metrics_path=paths.root / METRICS_FILE, progress=sys.stderr if config.show_progress else None,
+            metrics_path=paths.compression_metrics, progress=sys.stderr if config.show_progress else None,
         )
         metadata = compression_metadata(report, recipe)
         if report["counts"]["failed"]:

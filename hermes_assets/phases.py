@@ -14,7 +14,7 @@ import dagster as dg
 from hermes_core.batch import pipeline
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
-from hermes_core.batch.settled import save_settled
+from hermes_core.batch.settled import Printed, save_settled
 from hermes_core.batch.stopping import interrupt
 from hermes_core.config import Endpoint
 from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
@@ -87,8 +87,9 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     if not final.success:
         raise RecipeError(first_error(final))
     print(pipeline.summary(paths))
-    if compressed := compression_summary(recipe, paths):
-        print(compressed)
+    after_summary = compression_summary(recipe, paths)
+    for line in after_summary:
+        print(line)
     stopped = pipeline.last_stop(paths) if pending else None
     if is_config_error(stopped):
         print(f"\nerror: {stopped}. The run stopped, as every later sample would fail the same way; fix it and "
@@ -99,5 +100,5 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
               "resume (raise the budget first if it was one).", file=sys.stderr)
         return 130 if interrupt.reason else 3
     if raw_ok:
-        save_settled(paths, Path(recipe.dataset_file), instance_files, check_lines)
+        save_settled(paths, Path(recipe.dataset_file), instance_files, Printed(check_lines, after_summary))
     return 0 if raw_ok else 1

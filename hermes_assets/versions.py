@@ -155,7 +155,7 @@ def planned_dataset_sha256(paths: RunPaths) -> str:
     return json.loads(paths.dataset.read_text())["sha256"]
 
 
-STOPPED_TAG = "hermes/stopped"  # on a batch run that stopped early: why (a signal, a budget, the request cap)
+STOPPED_TAG = "hermes/stopped"  # on a batch run that stopped early: why (a signal, a budget, a config error)
 
 
 def run_tags(recipe: Recipe, dataset_sha256: str | None) -> dict[str, str]:

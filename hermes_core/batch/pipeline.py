@@ -55,6 +55,14 @@ class RunPaths:
         self.trajectories = root / "trajectories.jsonl"
         self.statistics = root / "statistics.json"
         self.checkpoint = root / "checkpoint.json"
+        # Written only when the run compresses (the compressed_trajectories asset)
+        self.compressed = root / "trajectories.compressed.jsonl"
+        self.compression_metrics = root / "compression_metrics.json"
+
+    def step_files(self) -> list[Path]:
+        """The run folder's files that steps write (the recipe and the ledger apart)."""
+        return [self.dataset, self.prompts, self.assignments, self.batches, self.invocations, self.trajectories,
+                self.statistics, self.checkpoint, self.compressed, self.compression_metrics]
 
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hermes_core.config import VERSION
 from hermes_core.fileio import atomic_write_json
@@ -22,9 +22,6 @@ from hermes_core.batch.pipeline import RunPaths
 
 STATE_FILE = "settled.json"
 CODE_ROOTS = [Path(__file__).resolve().parents[2] / package for package in ("hermes_core", "hermes_assets")]
-# The run folder's files a step writes (the recipe is compared by content; the ledger's files, raw/, apart).
-_RUN_FILES = ("dataset.json", "prompts.jsonl", "assignments.jsonl", "batches.json",
-              "invocations.jsonl", "trajectories.jsonl", "statistics.json", "checkpoint.json")
 
 
 def _stat(path: Path) -> list[int] | None:
@@ -61,20 +58,30 @@ def folder_state(paths: RunPaths, dataset: Path, instance_files: list[Path]) -> 
         # by identity only: other runs write there all the time, and a wiped instance is a new file.
         "instance": {str(path): _stat(path) if path.suffix == ".yaml" else (_stat(path) or [None])[0]
                      for path in instance_files},
-        "files": {name: _stat(paths.root / name) for name in _RUN_FILES},
+        # The files steps write (the recipe is compared by content, the ledger's files apart).
+        "files": {path.name: _stat(path) for path in paths.step_files()},
         "raw": {entry.name: _stat(Path(entry.path)) for entry in raw},
     }
 
 
-def save_settled(paths: RunPaths, dataset: Path, instance_files: list[Path], check_lines: list[str]) -> None:
-    """Record that the run is settled as it is now, and the check lines the command printed."""
+class Printed(NamedTuple):
+    """What the command that left the run settled printed beside the run's summary."""
+
+    check_lines: list[str]  # before it, on stderr
+    after_summary: list[str]  # after it, on stdout (e.g. the compression's lines)
+
+
+def save_settled(paths: RunPaths, dataset: Path, instance_files: list[Path], printed: Printed) -> None:
+    """Record that the run is settled as it is now, and what the command printed beside its summary."""
     state = folder_state(paths, dataset, instance_files)
     if state is not None:
-        atomic_write_json(paths.root / STATE_FILE, {"state": state, "check_lines": check_lines})
+        atomic_write_json(paths.root / STATE_FILE, {"state": state, "check_lines": printed.check_lines,
+                                                    "after_summary": printed.after_summary})
 
 
-def settled_check_lines(paths: RunPaths, dataset: Path, instance_files: list[Path]) -> list[str] | None:
-    """The check lines of the command that left the run settled, if nothing changed since; else None."""
+def settled_lines(paths: RunPaths, dataset: Path, instance_files: list[Path]) -> Printed | None:
+    """What the command that left the run settled printed beside its summary, if nothing changed
+    since; else None."""
     try:
         saved = json.loads((paths.root / STATE_FILE).read_text())
     except (OSError, ValueError):
@@ -82,4 +89,4 @@ def settled_check_lines(paths: RunPaths, dataset: Path, instance_files: list[Pat
     state = folder_state(paths, dataset, instance_files)
     if state is None or not isinstance(saved, dict) or saved.get("state") != json.loads(json.dumps(state)):
         return None
-    return list(saved.get("check_lines") or [])
+    return Printed(list(saved.get("check_lines") or []), list(saved.get("after_summary") or []))

@@ -213,6 +213,17 @@ def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url, capsy
     assert [r["compression_metrics"]["compressed"] for r in rows] == [True, False]
     assert any(t["value"].startswith("[CONTEXT SUMMARY]:") for t in rows[0]["conversations"])
     assert json.loads((run_dir / "recipe.json").read_text())["compression"] == {"target_max_tokens": 3000}
+    # A resume rebuilds a deleted compressed file (it is part of what a settled run left), and a
+    # settled resume prints the same lines.
+    (run_dir / "trajectories.compressed.jsonl").unlink()
+    assert run(isolated_homes, sim_url, dataset, "--max_turns=40", "--compress",
+               "--compress_target_max_tokens=3000") == 0
+    assert [r["conversations"] for r in read_jsonl(run_dir / "trajectories.compressed.jsonl")] == \
+        [r["conversations"] for r in rows]  # the same summary, from the cache
+    capsys.readouterr()
+    assert run(isolated_homes, sim_url, dataset, "--max_turns=40", "--compress",
+               "--compress_target_max_tokens=3000") == 0
+    assert "  compressed 1 of 2 row(s): 1 over budget, 0 still over budget, 0 failed" in capsys.readouterr().out
 
 
 def test_hermes_foundry_export_writes_every_format(isolated_homes, sim_url):

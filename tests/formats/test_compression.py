@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from hermes_assets.cli import batch_main
-from hermes_assets.compression_assets import OUTPUT_FILE, build_compression_assets, validate_compression_settings
+from hermes_assets.compression_assets import build_compression_assets, validate_compression_settings
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_core.formats.compression import (
@@ -27,6 +27,7 @@ from hermes_core.formats.compression import (
 )
 from hermes_core.formats.compression.tokens import TokenizerError
 from hermes_core.batch.recipe import load_recipe
+from hermes_core.batch.pipeline import RunPaths
 from compression_rows import make_row, read_rows, write_rows
 from procs import free_port
 
@@ -280,7 +281,7 @@ def test_asset_compresses_a_real_run_folder(isolated_homes, sim_url, monkeypatch
             "target_max_tokens": target, "summary_target_tokens": 100}}}},
     )
     assert result.success
-    out = read_rows(root / "long" / OUTPUT_FILE)
+    out = read_rows(RunPaths(root / "long").compressed)
     assert len(out) == len(rows) == 4
     for before, after in zip(rows, out):
         metrics = after.pop("compression_metrics")
