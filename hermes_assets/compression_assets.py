@@ -59,11 +59,12 @@ def validate_compression_settings(raw: Any) -> dict[str, Any]:
     return dict(raw)
 
 
-def compression_ops(recipe: Recipe, show_progress: bool) -> dict[str, Any]:
-    """Run config for a job that holds the run's compressed_trajectories (none when compression is off)."""
+def progress_ops(recipe: Recipe) -> dict[str, Any]:
+    """Op config that shows the compression's progress line, for the CLI's finalize run ({} when the
+    run does not compress: the job then has no such step)."""
     if recipe_compression(recipe) is None:
         return {}
-    return {f"{recipe.run_name}__compressed_trajectories": {"config": {"show_progress": show_progress}}}
+    return {f"{recipe.run_name}__compressed_trajectories": {"config": {"show_progress": True}}}
 
 
 def compression_summary(recipe: Recipe, paths: RunPaths) -> list[str]:
