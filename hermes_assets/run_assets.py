@@ -133,7 +133,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         if result["stopped"]:  # the unfinished batches stay unmaterialized: materializing them resumes
             context.log.warning(f"stopped early: {result['stopped']}")
             # The run still succeeds (what it finished is saved); the Runs page shows and filters this tag.
-            context.instance.add_run_tags(context.run_id, {STOPPED_TAG: str(result["stopped"])})
+            context.instance.add_run_tags(context.run.run_id, {STOPPED_TAG: str(result["stopped"])})
         failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
         if failed:
             raise dg.Failure(
