@@ -23,7 +23,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.settled import Printed, settled_lines
 from hermes_assets.instance import dagster_home
 from hermes_core.fileio import atomic_write_text
-from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger, has_records
+from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
 from hermes_core.batch.writer_lock import RunBusy, claim_run, holding, release_claims
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir, save_recipe
 from hermes_core.sandbox import known_backends
@@ -194,14 +194,7 @@ def run_batch(args: argparse.Namespace) -> int:
     check_one_ledger(folder)
     saved = folder / "recipe.json"
     before = saved.read_bytes() if saved.is_file() else None
-    try:
-        save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
-    except RecipeError:
-        # Nothing was made under the saved recipe until the run has a ledger record (e.g. its endpoint
-        # was refused before any sample): the new one replaces it, as a runs-file entry's would.
-        if has_records(ledger_location(folder)):
-            raise
-        save_recipe(root, recipe, force_new_fingerprint=True)
+    save_recipe(root, recipe, force_new_fingerprint=args.force_new_fingerprint)
     backend = pipeline.sandbox_backend(recipe)
     if not backend.isolated:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint
+from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.endpoints.request_options import OPENROUTER, RequestOptions, options_problem
 from hermes_core.tools.distributions import Distribution, load_distributions
@@ -24,6 +24,7 @@ from hermes_core.formats.filters import FilterSettings
 from hermes_core.formats.hermes_agent_text import (HermesAgentTextError, dump_hermes_agent_text, dump_sha256,
                                                    hermes_text_from_dump)
 from hermes_core.formats.hermes_text import OWN_TEXT, HermesText
+from hermes_core.batch.ledgers import has_records
 from hermes_core.batch.stopping import Budget, Price, PriceError, load_prices, price_of
 from hermes_core.tools.backends import BackendError, ToolBackends
 
@@ -237,11 +238,13 @@ def load_recipe(root: Path, run_name: str) -> Recipe:
 
 
 def save_recipe(root: Path, recipe: Recipe, *, force_new_fingerprint: bool = False) -> Path:
-    """Save the recipe; refuse a changed fingerprint under an existing run name unless forced."""
+    """Save the recipe; refuse a changed fingerprint under an existing run name once that run has a
+    ledger record, unless forced (before it, e.g. after the endpoint check refused the first command,
+    nothing was made under the saved recipe)."""
     path = run_dir(root, recipe.run_name) / "recipe.json"
     if path.is_file() and not force_new_fingerprint:
         old = json.loads(path.read_text())
-        if old.get("fingerprint") != recipe.fingerprint():
+        if old.get("fingerprint") != recipe.fingerprint() and has_records(ledger_location(path.parent)):
             changed = [n for n in (*FINGERPRINT_FIELDS, "prefill_messages", "hermes_text_sha256")
                        if old.get(n) != getattr(recipe, n)]
             raise RecipeError(

@@ -140,9 +140,9 @@ def compute_statistics(
     }
 
 
-def _count(number: int, noun: str) -> str:
-    """"1 batch", "3 batches", "1 prompt", "6 prompts"."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}{'es' if noun.endswith('ch') else 's'}"
+def _count(number: int, one: str, many: str) -> str:
+    """"1 batch", "3 batches"."""
+    return f"{number} {one if number == 1 else many}"
 
 
 def _lost_line(lost: dict[str, int], recorded: int) -> str:
@@ -156,8 +156,8 @@ def format_summary(stats: dict[str, Any], outputs: dict[str, str], simulated: bo
     """The console summary printed at the end of every CLI run."""
     lines = [f"Run {stats['run_name']!r}: model {stats['model']}"
              + ("  [SIMULATED model endpoint — not real model output]" if simulated else ""),
-             f"  distribution {stats['distribution']}, {_count(stats['total_prompts'], 'prompt')} in "
-             f"{_count(stats['total_batches'], 'batch')} of ≤{stats['batch_size']}"
+             f"  distribution {stats['distribution']}, {_count(stats['total_prompts'], 'prompt', 'prompts')} in "
+             f"{_count(stats['total_batches'], 'batch', 'batches')} of ≤{stats['batch_size']}"
              + ("; tool calls through JSON-schema constrained replies" if stats.get("tool_call_mode") == "constrained"
                 else ""), ""]
     table = sorted(stats["tool_statistics"].items(), key=lambda item: (-item[1]["count"], item[0]))
