@@ -26,14 +26,14 @@ import dataclasses
 import difflib
 import json
 import os
+import reprlib
 import types
 import typing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
 from hermes_assets.compression_assets import validate_compression_settings
+from hermes_assets.yaml_entries import YamlFileError, read_list, scalar_of
 
 from hermes_core.config import ledger_location
 from hermes_core.batch.ledgers import has_records
@@ -45,6 +45,8 @@ DEFAULT_NAME = "runs.yaml"
 REQUIRED = ("run_name", "dataset_file", "model")
 PATH_FIELDS = ("dataset_file", "distributions_file")
 KNOWN = tuple(f.name for f in dataclasses.fields(Recipe))
+SHORT = reprlib.Repr()  # a wrong value in a problem line: its start, however large the value
+SHORT.maxstring, SHORT.maxother = 80, 80
 # Fingerprinted only when set (Recipe._compute_fingerprint), so named when they differ in a conflict.
 LATE_FINGERPRINT_FIELDS = ("tool_call_mode", "discard_incomplete", "max_sample_cost_usd", "max_sample_tokens",
                            "hermes_text_sha256")
@@ -124,7 +126,7 @@ def _type_problem(name: str, value: Any, hint: Any) -> str | None:
             if item is not str or all(isinstance(element, str) for element in value):
                 return None
     wanted = " or ".join("null" if k is type(None) else getattr(k, "__name__", "mapping") for k in allowed)
-    return f"expected {wanted}, got {type(value).__name__} {value!r}"
+    return f"expected {wanted}, got {type(value).__name__} {SHORT.repr(value)}"
 
 
 def _field_named(message: str) -> str | None:
@@ -133,9 +135,18 @@ def _field_named(message: str) -> str | None:
     return next((word for word in words if word in KNOWN), None)
 
 
+def _already_declared(name: str, first: int, first_name: str) -> str:
+    """Why a later entry whose run_name equals an earlier one, ignoring case, is left out."""
+    spelled = "" if first_name == name else (
+        f" as {first_name!r} (run names that differ only in case are one run: they would share a folder "
+        "on a case-insensitive file system)")
+    return f"run {name!r} is already declared by entry #{first}{spelled}; this entry is ignored"
+
+
 def _entry_problems(path: Path, number: int, entry: Any,
-                    seen: dict[str, int]) -> tuple[Recipe | None, list[RunsFileProblem]]:
-    """The entry's recipe, or the problems that keep it from loading (one per field at fault)."""
+                    seen: dict[str, tuple[int, str]]) -> tuple[Recipe | None, list[RunsFileProblem]]:
+    """The entry's recipe, or the problems that keep it from loading (one per field at fault). `seen`
+    holds the run names declared so far (casefolded: their entry and spelling)."""
     if not isinstance(entry, dict):
         return None, [RunsFileProblem(path, f"expected a mapping of settings, got {type(entry).__name__}", number)]
     name = entry.get("run_name") if isinstance(entry.get("run_name"), str) else None
@@ -149,10 +160,9 @@ def _entry_problems(path: Path, number: int, entry: Any,
                  for key in REQUIRED if entry.get(key) in (None, "")]
     if problems:
         return None, problems
-    if name in seen:
-        return None, [RunsFileProblem(**at, field="run_name", what=f"run {name!r} is already declared by entry "
-                                      f"#{seen[name]}; this entry is ignored")]
-    seen[name] = number
+    if name.casefold() in seen:
+        return None, [RunsFileProblem(**at, field="run_name", what=_already_declared(name, *seen[name.casefold()]))]
+    seen[name.casefold()] = (number, name)
     hints = typing.get_type_hints(Recipe)
     problems = [RunsFileProblem(**at, field=key, what=wrong) for key, value in entry.items()
                 if (wrong := _type_problem(key, value, hints[key]))]
@@ -172,29 +182,25 @@ def _entry_problems(path: Path, number: int, entry: Any,
 
 def read_runs_file(path: Path) -> tuple[list[Declared], list[RunsFileProblem]]:
     """Every valid declared run, and every problem of the file (a whole-file problem has no entry).
-    A bad entry costs only itself: the others are still returned."""
+    A bad entry costs only itself, its YAML included (hermes_assets.yaml_entries): the others are
+    still returned."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as exc:  # one line, with the place: the UI shows it as the problem
-        mark = exc.problem_mark or exc.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        return [], [RunsFileProblem(path, f"YAML syntax error{at}: {exc.problem or exc.context}")]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        entries = read_list(path.read_text(encoding="utf-8"), "runs", wrapper="runs")  # `runs: [...]` too
+    except YamlFileError as exc:  # one line, with the place: the UI shows it as the problem
+        return [], [RunsFileProblem(path, str(exc))]
+    except (OSError, UnicodeDecodeError) as exc:
         return [], [RunsFileProblem(path, f"cannot read the runs file: {exc}")]
-    if isinstance(data, dict) and set(data) == {"runs"}:
-        data = data["runs"]  # `runs: [...]` is accepted too
-    if data is None:
-        return [], []
-    if not isinstance(data, list):
-        return [], [RunsFileProblem(path, f"expected a YAML list of runs, got {type(data).__name__}")]
     declared: list[Declared] = []
     problems: list[RunsFileProblem] = []
-    seen: dict[str, int] = {}
-    for number, entry in enumerate(data, start=1):
-        recipe, entry_problems = _entry_problems(path, number, entry, seen)
+    seen: dict[str, tuple[int, str]] = {}
+    for entry in entries or []:
+        if entry.problem:
+            problems.append(RunsFileProblem(path, entry.problem, entry.number, scalar_of(entry.node, "run_name")))
+            continue
+        recipe, entry_problems = _entry_problems(path, entry.number, entry.value, seen)
         problems += entry_problems
         if recipe is not None:
-            declared.append(Declared(number, recipe))
+            declared.append(Declared(entry.number, recipe))
     return declared, problems
 
 
@@ -233,6 +239,19 @@ def _conflict(root: Path, recipe: Recipe, origin: Path | str, entry: int | None 
         "restore the saved settings")
 
 
+def _case_clash(root: Path, recipe: Recipe, saved: dict[str, str], origin: Path | str,
+                entry: int) -> RunsFileProblem | None:
+    """The problem when a saved run's name equals the declared one's but for case (`saved`: casefolded
+    name -> saved name); the saved run keeps loading."""
+    name = saved.get(recipe.run_name.casefold(), recipe.run_name)
+    if name == recipe.run_name:
+        return None
+    return RunsFileProblem(origin, entry=entry, run_name=recipe.run_name, field="run_name",
+                           what=f"run {recipe.run_name!r} differs only in case from the run {name!r} saved in "
+                           f"{run_dir(root, name)} (they would share a folder on a case-insensitive file "
+                           "system); this entry is ignored")
+
+
 def resolve_runs(root: Path, runs_file: Path | None = None) -> tuple[list[Recipe], list[RunsFileProblem]]:
     """Saved runs plus the valid declared runs (declared settings win, see the module doc), sorted by
     name, and every problem of the runs file. Never raises for the runs file: a conflicting run keeps
@@ -243,8 +262,10 @@ def resolve_runs(root: Path, runs_file: Path | None = None) -> tuple[list[Recipe
     except RunsFileError as exc:
         return [recipes[name] for name in sorted(recipes)], exc.problems
     declared, problems = read_runs_file(runs_file) if runs_file else ([], [])
+    saved = {name.casefold(): name for name in recipes}
     for entry, recipe in declared:
-        conflict = _conflict(root, recipe, runs_file, entry) if recipe.run_name in recipes else None
+        conflict = (_case_clash(root, recipe, saved, runs_file, entry)
+                    or (_conflict(root, recipe, runs_file, entry) if recipe.run_name in recipes else None))
         if conflict:
             problems.append(conflict)
         else:

@@ -4,6 +4,8 @@ and the code location picking them up before the CLI ever ran them."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +109,7 @@ def test_every_problem_is_one_error_naming_the_file_the_entry_and_the_field(tmp_
 
 def test_unreadable_or_misshapen_files_are_reported(tmp_path, monkeypatch):
     with pytest.raises(RunsFileError, match="a.yaml: YAML syntax error at line 2, column 1: expected the node"):
-        load_runs_file(write_runs(tmp_path / "a.yaml", "- {run_name: x,\n- [unclosed\n"))
+        load_runs_file(write_runs(tmp_path / "a.yaml", "runs: [{run_name: x,\n"))
     with pytest.raises(RunsFileError, match="expected a YAML list"):
         load_runs_file(write_runs(tmp_path / "b.yaml", "run_name: x\n"))
     monkeypatch.setenv("HERMES_RUNS_FILE", str(tmp_path / "missing.yaml"))
@@ -261,7 +263,7 @@ def test_a_broken_runs_file_leaves_the_saved_runs_loading(isolated_homes, monkey
     root = data_root()
     dataset = write_dataset(root / "p.jsonl")
     save_recipe(root, Recipe(run_name="from_cli", dataset_file=str(dataset), model="hermes-sim"))
-    runs = write_runs(root / "runs.yaml", "- {run_name: x, dataset_file: p.jsonl\n- [\n")
+    runs = write_runs(root / "runs.yaml", "runs: {run_name: x, dataset_file: p.jsonl\n")
     nodes = _asset_nodes(build_definitions(root))
     assert {k for k in nodes if k.startswith("from_cli/")} == {f"from_cli/{k}" for k in RUN_KEYS}
     whole = nodes["runs_file/declaration"]
@@ -275,3 +277,106 @@ def test_a_broken_runs_file_leaves_the_saved_runs_loading(isolated_homes, monkey
     nodes = _asset_nodes(build_definitions(root))
     assert f"{root / 'gone.yaml'}: runs file not found" in nodes["runs_file/declaration"].description
     assert "from_cli/statistics" in nodes
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """Anchors `a: &a [x,x,...]`, `b: &b [*a,*a,...]`, ...: 9**levels strings written in a few hundred
+    bytes, the last one named by the alias `*<its letter>`."""
+    names = "abcdefghijklmnop"[:levels]
+    lines = [f"    a: &a [{','.join('x' * 9)}]"]
+    lines += [f"    {name}: &{name} [{','.join([f'*{prev}'] * 9)}]" for prev, name in zip(names, names[1:])]
+    return "\n".join(lines)
+
+
+@pytest.mark.timeout(60)  # before the fix, the bomb's entry alone took minutes and gigabytes
+def test_an_alias_bomb_costs_only_its_entry_and_merges_keep_working(isolated_homes):
+    root = data_root()
+    write_dataset(root / "p.jsonl")
+    runs = write_runs(root / "runs.yaml", f"""- &base
+  run_name: first
+  dataset_file: p.jsonl
+  model: hermes-sim
+  batch_size: 3
+- <<: *base
+  run_name: merged
+- run_name: bomb
+  dataset_file: p.jsonl
+  tool_backends:
+{alias_bomb()}
+  model: *i
+- {{<<: *base, run_name: after}}
+""")
+    assert len(runs.read_bytes()) < 1000
+    declared, problems = read_runs_file(runs)
+    assert [(d.entry, d.recipe.run_name, d.recipe.batch_size) for d in declared] == [
+        (1, "first", 3), (2, "merged", 3), (4, "after", 3)]
+    assert [str(p) for p in problems] == [
+        f"{runs}, entry #3, run 'bomb': YAML alias refused at line 16, column 12: alias *e would make the file's "
+        "aliases expand to more than 100000 nodes (an alias bomb?)"]
+
+    # The code location, as `dagster` loads it in a process of its own: the other runs and the problem.
+    listed = subprocess.run([str(Path(sys.executable).parent / "dagster"), "asset", "list", "-m",
+                             "hermes_assets.definitions"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    groups = {line.split("/")[0] for line in listed.stdout.split()}
+    assert groups == {"first", "merged", "after", "bomb"}
+    assert "bomb/declaration" in listed.stdout.split() and "bomb/prompts" not in listed.stdout.split()
+
+
+def test_a_yaml_problem_in_one_entry_costs_only_that_entry(isolated_homes, tmp_path):
+    root = data_root()
+    write_dataset(root / "p.jsonl")
+    runs = write_runs(root / "runs.yaml", f"""- {{run_name: good, dataset_file: p.jsonl, model: hermes-sim}}
+- run_name: tagged
+  dataset_file: !!python/object/apply:os.system ["touch {tmp_path}/ran"]
+  model: hermes-sim
+- run_name: dated
+  dataset_file: p.jsonl
+  model: hermes-sim
+  seed: 2024-13-45
+- {{run_name: unanchored, dataset_file: p.jsonl, model: *nowhere}}
+- {{run_name: looped, dataset_file: p.jsonl, model: m, providers_order: &r [*r]}}
+- run_name: unclosed
+  dataset_file: [p.jsonl
+  model: hermes-sim
+- {{run_name: last, dataset_file: p.jsonl, model: hermes-sim}}
+""")
+    declared, problems = read_runs_file(runs)
+    assert [d.recipe.run_name for d in declared] == ["good", "last"]
+    assert [str(p) for p in problems] == [
+        f"{runs}, entry #2, run 'tagged': YAML error at line 3, column 17: could not determine a constructor for "
+        "the tag 'tag:yaml.org,2002:python/object/apply:os.system'",
+        f"{runs}, entry #3, run 'dated': YAML error at line 8, column 9: cannot read '2024-13-45' as timestamp: "
+        "month must be in 1..12",
+        f"{runs}, entry #4, run 'unanchored': YAML alias refused at line 9, column 56: undefined alias *nowhere",
+        f"{runs}, entry #5, run 'looped': YAML alias refused at line 10, column 76: alias *r is inside the node it "
+        "names",
+        f"{runs}, entry #6: YAML syntax error at line 13, column 8: expected ',' or ']', but got ':' (while "
+        "parsing a flow sequence at line 12, column 17)"]
+    assert not (tmp_path / "ran").exists()
+
+    nodes = _asset_nodes(build_definitions(root))
+    assert {key.split("/")[0] for key in nodes} == {"good", "last", "tagged", "dated", "unanchored", "looped",
+                                                    "runs_file_entry_6"}
+    assert "good/prompts" in nodes and "last/prompts" in nodes
+    assert nodes["runs_file_entry_6/declaration"].description.startswith(f"{runs}, entry #6: YAML syntax error")
+
+
+def test_run_names_equal_but_for_case_are_refused(isolated_homes):
+    root = data_root()
+    dataset = write_dataset(root / "p.jsonl")
+    save_recipe(root, Recipe(run_name="Nightly", dataset_file=str(dataset), model="hermes-sim"))
+    runs = write_runs(root / "runs.yaml", """
+- {run_name: Alpha, dataset_file: p.jsonl, model: hermes-sim}
+- {run_name: alpha, dataset_file: p.jsonl, model: other}
+- {run_name: nightly, dataset_file: p.jsonl, model: hermes-sim}
+""")
+    recipes, problems = resolve_runs(root)
+    assert [(r.run_name, r.model) for r in recipes] == [("Alpha", "hermes-sim"), ("Nightly", "hermes-sim")]
+    assert [str(p) for p in problems] == [
+        f"{runs}, entry #2, run 'alpha', field 'run_name': run 'alpha' is already declared by entry #1 as "
+        "'Alpha' (run names that differ only in case are one run: they would share a folder on a "
+        "case-insensitive file system); this entry is ignored",
+        f"{runs}, entry #3, run 'nightly', field 'run_name': run 'nightly' differs only in case from the run "
+        f"'Nightly' saved in {root / 'Nightly'} (they would share a folder on a case-insensitive file system); "
+        "this entry is ignored"]
