@@ -13,6 +13,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]  # json
 from typing import Any
 
 from hermes_core.fileio import FileTableCache, json_loads
+from hermes_core.sandbox.cwd import cwd_problem
 
 MAX_REPORTED_LINES = 20
 KNOWN_KEYS = {"prompt", "image", "docker_image", "cwd", "id", "metadata"}
@@ -122,6 +123,10 @@ def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
             return None, f"field '{key}' must be a string"
     if row.get("metadata") is not None and not isinstance(row["metadata"], dict):
         return None, "field 'metadata' must be a JSON object"
+    # Without an image, the default backend's system folders are the host's, read-only.
+    cwd, imageless = row.get("cwd"), not (row.get("image") or row.get("docker_image"))
+    if cwd is not None and (problem := cwd_problem(cwd, host_system=imageless)):
+        return None, f"field 'cwd' {cwd!r} {problem}"
     return row, None
 
 

@@ -35,18 +35,17 @@ from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
-from hermes_core.sandbox.host_root import SYSTEM_DIRS, copy_readable_etc, host_layout
+from hermes_core.sandbox.cwd import checked_cwd
+from hermes_core.sandbox.host_root import copy_readable_etc, host_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, shell_exit_code, write_owner)
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
-DEFAULT_CWD = "/workspace"
 ETC_COPY_PREFIX = ".etc-"
 FILE_TIMEOUT_S = 60.0
 MAX_FILE_BYTES = 256 << 20  # what read_file takes from a sandbox, which may stream forever
-_RESERVED = ("/proc", "/dev", "/sys")
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
 _MISSING, _DIRECTORY = 90, 91  # exit codes of the file scripts, apart from the shell's own (2 = redirect failed)
@@ -88,10 +87,6 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
 
     def _host_layout(self, etc: Path) -> list[str]:
-        inside = [folder for folder in SYSTEM_DIRS if self.cwd == folder or self.cwd.startswith(folder + "/")]
-        if inside:
-            raise SandboxError(f"cwd {self.cwd!r} is inside the host's read-only {inside[0]}; choose another "
-                               "working directory or an image")
         (self.state_dir / "tmp").mkdir()
         (self.state_dir / "tmp").chmod(0o1777)  # like any /tmp (mkdir's mode is cut by the umask)
         (self.state_dir / "cwd").mkdir()
@@ -302,9 +297,7 @@ class BubblewrapBackend(SandboxBackend):
         rootfs, problem = self._rootfs(image) if image else (None, None)
         if image and problem:
             raise SandboxError(f"{image_label(image)}: {problem}")
-        inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
-        if inside == "/" or any(inside == top or inside.startswith(top + "/") for top in _RESERVED):
-            raise SandboxError(f"cwd {cwd!r} cannot be a working directory")
+        inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
         state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
         write_owner(state_dir, session_id)

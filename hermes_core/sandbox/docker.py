@@ -32,6 +32,7 @@ from hermes_core.sandbox.docker_engine import (connect, engine_errors, engine_lo
                                                path_stat, read_archive_file, tar_of, unix_mode)
 from hermes_core.sandbox.docker_exec import (POLL_SCRIPT, SPAWN_SCRIPT, kill_tagged, new_tag, parse_poll, run_exec,
                                              start_detached, user_argv)
+from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, image_label, image_problems, reference_problem
 from hermes_core.sandbox.output import STRAGGLER_NOTE
 from hermes_core.sandbox.processes import owner_alive, process_start_time
@@ -40,7 +41,6 @@ from hermes_core.sandbox.tagged import TaggedSandbox, tag_marker
 LABEL_RUN, LABEL_SESSION, LABEL_OWNER = "hermes-foundry.run", "hermes-foundry.session", "hermes-foundry.owner"
 SANDBOX_UID = 65534
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
-DEFAULT_CWD = "/workspace"
 JOBS_DIR = "/.hermes-jobs"  # background commands' logs and exit codes, outside the working directory
 HELPER_TIMEOUT_S = 30.0  # polls and mkdir helpers
 
@@ -222,7 +222,7 @@ class DockerBackend(SandboxBackend):
             raise SandboxError("the docker backend needs an image: give the prompt an `image` (or `docker_image`)")
         if problem := self.image_problem(image):
             raise SandboxError(f"{image_label(image)}: {problem}")
-        cwd = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
+        cwd = checked_cwd(cwd)
         client = self.client()
         if self.settings.network:
             self._check_bridge(client)

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, remove_tree, sanitized_env, shell_argv, write_owner)
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
@@ -100,6 +101,7 @@ class PlainBackend(SandboxBackend):
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> PlainSandbox:
         if image:
             raise SandboxError(f"image {image!r}: {NO_IMAGES}")
+        checked_cwd(cwd)  # what every backend refuses; the rest becomes a folder inside the workdir
         self.state_root.mkdir(parents=True, exist_ok=True)
         # The state folder (with the owner file) exists before the workdir, so reap() never finds
         # a workdir without an owner.

@@ -17,7 +17,6 @@ import errno
 import importlib
 import math
 import os
-import posixpath
 import shlex
 import socket
 import threading
@@ -26,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, image_label, image_problems, reference_problem
 from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, log_text
 from hermes_core.sandbox.processes import DRAIN_GRACE_S, owner_alive, process_start_time
 from hermes_core.sandbox.tagged import TaggedSandbox, kill_argv, tagged_env
 
 APP_NAME = "hermes-foundry"
-DEFAULT_CWD = "/workspace"
 TAG_RUN, TAG_SESSION, TAG_OWNER, TAG_HOST = (f"{APP_NAME}.{key}" for key in ("run", "session", "owner", "host"))
 PREFLIGHT_TIMEOUT_ENV, DEFAULT_PREFLIGHT_TIMEOUT_S = "HERMES_MODAL_PREFLIGHT_TIMEOUT_S", 15.0
 LIFETIME_ENV, DEFAULT_LIFETIME_S = "HERMES_MODAL_SANDBOX_TIMEOUT_S", 3600
@@ -269,7 +268,7 @@ class ModalBackend(SandboxBackend):
         if problem := self.image_problem(image):
             raise SandboxError(f"{image_label(image)}: {problem}")
         sdk, s, pid = load_sdk(), self.settings, os.getpid()
-        inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
+        inside = checked_cwd(cwd)
         tags = {TAG_RUN: s.run_name, TAG_SESSION: session_id, TAG_HOST: socket.gethostname(),
                 TAG_OWNER: f"{pid}:{process_start_time(pid) or ''}"}  # for the reaper
         try:

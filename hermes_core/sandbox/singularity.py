@@ -26,12 +26,12 @@ import tempfile
 from pathlib import Path
 
 from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, remove_tree, sanitized_env, write_owner)
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
-DEFAULT_CWD = "/workspace"
 REMOTE_SCHEMES = ("docker://", "library://", "oras://", "shub://")  # + a reference: pulled by apptainer
 ARCHIVE_SCHEMES = ("docker-archive:", "oci-archive:")  # + a path: a local file, confined like any other path
 FILE_TIMEOUT_S = 60.0
@@ -241,9 +241,10 @@ class SingularityBackend(SandboxBackend):
         executable = find_executable()
         if executable is None:
             raise SandboxError(f"singularity backend: no apptainer/singularity executable; {_INSTALL_HINT}")
-        inside = posixpath.normpath(posixpath.join(DEFAULT_CWD, cwd or DEFAULT_CWD))
-        if inside == "/" or any(char in inside for char in ":,"):
-            raise SandboxError(f"cwd {cwd!r} cannot be a working directory (not '/', no ':' or ',': bind syntax)")
+        inside = checked_cwd(cwd)
+        if any(char in inside for char in ":,"):
+            raise SandboxError(f"cwd {cwd!r} cannot be a working directory of the singularity backend (no ':' or "
+                               "',': bind syntax)")
         self.state_root.mkdir(parents=True, exist_ok=True)
         state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
         try:

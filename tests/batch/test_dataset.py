@@ -113,3 +113,33 @@ def test_a_read_that_fails_is_a_dataset_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_bytes", denied)  # tests run as root: chmod 000 would not stop a read
     with pytest.raises(DatasetError, match=f"^{dataset}: cannot read the dataset file: Permission denied"):
         load_dataset(dataset, "fp")
+
+
+def test_a_cwd_in_a_reserved_folder_is_refused_however_spelled(tmp_path):
+    """Issue 28: posixpath.normpath keeps two leading slashes, so `//etc`, `//proc` passed the
+    reserved-folder checks, and the samples whose sandboxes they broke were kept as data."""
+    dataset = write_bytes(tmp_path / "d.jsonl", [
+        row({"prompt": "fine", "cwd": "/srv/app"}),
+        row({"prompt": "a", "cwd": "//etc"}),
+        row({"prompt": "b", "cwd": "//proc", "image": "python:3.11"}),
+        row({"prompt": "c", "cwd": "///usr"}),
+        row({"prompt": "d", "cwd": "/./proc/..//proc"}),
+        row({"prompt": "e", "cwd": "//"}),
+        row({"prompt": "an image's own /usr", "cwd": "//usr/src/app", "image": "node:20"}),
+        row({"prompt": "f", "cwd": "/app\u0000x"}),
+    ])
+    with pytest.raises(DatasetError) as refused:
+        load_dataset(dataset, "fp")
+    lines = str(refused.value).splitlines()
+    assert lines[0] == f"{dataset}: 6 invalid line(s); nothing was run (fix them or pass --skip-invalid):"
+    assert lines[1] == ("  line 2: field 'cwd' '//etc' is inside the host's read-only /etc (that is /etc): without "
+                        "an image, the sandbox's system folders are the host's; choose another working directory "
+                        "or give the row an image")
+    assert lines[2] == ("  line 3: field 'cwd' '//proc' is inside /proc (that is /proc), the kernel's own folder, "
+                        "which no sandbox uses as a working directory")
+    assert lines[3].startswith("  line 4: field 'cwd' '///usr' is inside the host's read-only /usr (that is /usr):")
+    assert lines[4].startswith("  line 5: field 'cwd' '/./proc/..//proc' is inside /proc (that is /proc), ")
+    assert lines[5].startswith("  line 6: field 'cwd' '//' is the root folder (that is /)")
+    assert lines[6] == "  line 8: field 'cwd' '/app\\x00x' contains a NUL byte"
+    kept = load_dataset(dataset, "fp", skip_invalid=True).samples
+    assert [(s.line, s.cwd) for s in kept] == [(1, "/srv/app"), (7, "//usr/src/app")]  # keys as the rows spell them
