@@ -221,7 +221,7 @@ class AIAgent:
         except ModelError as exc:
             outcome.update(failed=True, error=str(exc))
             self._say(f"❌ {exc}")
-        except SandboxError as exc:  # the sandbox could not be created: infrastructure, not data
+        except SandboxError as exc:  # no sandbox, or one broken for good (SandboxFailed): infrastructure, not data
             outcome.update(failed=True, error=f"sandbox: {exc}")
             session.failed = True
             self._say(f"❌ sandbox: {exc}")
@@ -274,7 +274,7 @@ class AIAgent:
 
 def _open_ready(backend: SandboxBackend, task_id: str, image: str | None, cwd: str | None) -> Sandbox:
     """A new sandbox, ready for its first command; it stays open if only getting ready fails (the
-    first command then tries again, and its tool reports the error as it would have)."""
+    first command then tries again: failing again, SandboxFailed, it fails the sample)."""
     sandbox = backend.open(task_id, image, cwd)
     try:
         sandbox.start()

@@ -68,6 +68,11 @@ class SandboxError(RuntimeError):
     """A sandbox operation failed in a way the tool should report to the model."""
 
 
+class SandboxFailed(SandboxError):
+    """The sandbox is unusable for good (e.g. closed, or its server died): every later operation fails
+    alike, so whoever waits on it (execute_code's tool channel) stops instead of asking again."""
+
+
 @dataclass(frozen=True)
 class ExecResult:
     output: str  # stdout and stderr interleaved, capped

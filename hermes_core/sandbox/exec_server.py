@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_core.config import usable_cores
-from hermes_core.sandbox.base import SandboxError
+from hermes_core.sandbox.base import SandboxError, SandboxFailed
 
 SOURCE = Path(__file__).with_name("exec_server.c")
 START_TIMEOUT_S = 10.0
@@ -117,7 +117,8 @@ class ExecServer:
 
     def _launch(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
                 pass_fds: tuple[int, ...]) -> socket.socket:
-        """Start the server and wait for its ready byte; the control socket, or a SandboxError."""
+        """Start the server and wait for its ready byte; the control socket, or SandboxFailed (a sandbox
+        that cannot start is broken: its sample is never kept as data)."""
         ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         exe = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
         log_path = cwd / "exec-server.log"
@@ -128,7 +129,7 @@ class ExecServer:
                                              start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
         except OSError as exc:
             ctl.close()
-            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+            raise SandboxFailed(f"could not start bubblewrap: {exc}") from exc
         finally:
             theirs.close()
             os.close(exe)
@@ -148,7 +149,7 @@ class ExecServer:
             why = f"it was not ready within {START_TIMEOUT_S:.0f} s" + (f": {logged}" if logged else "")
         else:
             why = logged or f"it exited (status {self.proc.returncode}) before it was ready"
-        raise SandboxError(f"could not start the sandbox: {why}")
+        raise SandboxFailed(f"could not start the sandbox: {why}")
 
     def _fail(self, why: str) -> SandboxError:
         """The sandbox is unusable from now on: every later command gets the same error."""

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from hermes_core.sandbox import SandboxError
-from hermes_core.sandbox.base import ExecResult
+from hermes_core.sandbox.base import ExecResult, SandboxFailed
 from hermes_core.tools import code_rpc
 from hermes_core.tools.registry import ToolContext, ToolError, tool
 
@@ -60,6 +60,8 @@ def execute_code(ctx: ToolContext, code: str) -> dict[str, Any]:
         finally:
             stderr = ctx.sandbox.exec(f"head -c {MAX_STDERR_BYTES} {folder}/stderr 2>/dev/null; rm -rf {folder}",
                                       timeout=30).output
+    except SandboxFailed:
+        raise  # not the program's error: the sample's sandbox is broken (registry.call)
     except SandboxError as exc:
         return {"status": "error", "error": str(exc), "tool_calls_made": channel.calls_made if channel else 0,
                 "duration_seconds": round(time.monotonic() - started, 2)}

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hermes_core.tools.registry import ToolContext, ToolError
+from hermes_core.tools.registry import ToolContext, ToolError, sandbox_failure
 
 WARN_AT = 3  # the same read/search call this many times in a row: `_warning`
 BLOCK_AT = 4  # ... and from this many on: blocked
@@ -100,6 +100,8 @@ def _as_result(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return run()
     except ToolError as exc:
+        if sandbox_failure(exc):
+            raise  # a broken sandbox fails the sample (registry.call)
         return {"error": str(exc)}
 
 
@@ -126,6 +128,8 @@ def read(ctx: ToolContext, path: str, offset: int, limit: int, fetch: Callable[[
         try:
             data = fetch()
         except ToolError as exc:
+            if sandbox_failure(exc):
+                raise  # a broken sandbox fails the sample (registry.call)
             result: dict[str, Any] = {"error": str(exc)}
         current = digest(data) if data is not None else None
         with state.lock:

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from hermes_core.sandbox.base import Sandbox
+from hermes_core.sandbox.base import Sandbox, SandboxFailed
 from hermes_core.tools.backends import ToolBackends
 
 
@@ -204,7 +204,8 @@ class ToolRegistry:
         return [tool for tool in self.tools_of(toolsets) if tool.unavailable_reason(backends) is None]
 
     def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
-        """Run a tool; always returns the text the model reads (errors as `{"error": ...}`)."""
+        """Run a tool; returns the text the model reads (errors as `{"error": ...}`), or raises
+        SandboxFailed when the session's sandbox is broken for good."""
         tool = self._tools[name]
         for observe in self._observers:
             observe(name, ctx)
@@ -221,11 +222,22 @@ class ToolRegistry:
             return json.dumps({"error": f"{name}: " + "; ".join(problems)})
         try:
             result = tool.function(ctx, **arguments)
-        except ToolError as exc:
-            return json.dumps({"error": str(exc)})
         except Exception as exc:  # a tool bug must not kill the conversation
-            return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+            # A sandbox broken for good is no tool error for the model to read: it fails the sample
+            # (SPEC §6: never kept as data).
+            if failed := sandbox_failure(exc):
+                raise SandboxFailed(str(failed)) from exc
+            return json.dumps({"error": str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"})
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
+def sandbox_failure(exc: BaseException) -> SandboxFailed | None:
+    """The SandboxFailed behind a tool's error: `exc` itself or its cause, however deep; else None.
+    Code that turns tool errors into answers lets an error with one through."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, SandboxFailed):
+        cause = cause.__cause__
+    return cause
 
 
 _UNKNOWN_TOOL = re.compile(r"^Tool '.*' does not exist\. Available tools: ", re.DOTALL)

@@ -133,3 +133,30 @@ def test_a_rows_image_never_leaves_the_image_root(isolated_homes, sim_url, monke
     written = [path for path in run_dir.rglob("*") if path.is_file()] if run_dir.exists() else []
     assert not [path for path in written if canary.encode() in path.read_bytes()]
     assert canary not in err
+
+
+def test_a_sample_whose_sandbox_is_broken_is_failed_and_never_kept(isolated_homes, sim_url, local_images):
+    """Issue 28: a sandbox that could not start answered each command with "could not start the
+    sandbox" as a tool error, and its sample was kept as training data. Such a sample is now failed
+    (retried on resume), with the reason; the others are kept, and a command that is not found is an
+    ordinary tool error, kept as data."""
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": "Fine [sim:command=echo all-fine]"},
+        # bubblewrap cannot make this folder (/etc/hostname is a file): the sandbox never starts
+        {"prompt": "Broken [sim:command=pwd]", "image": TEST_IMAGE, "cwd": "/etc/hostname/app"},
+        {"prompt": "Typo [sim:command=no-such-command-here]"},
+    ])
+    assert run(dataset, sim_url) == 1
+    run_dir = isolated_homes / "data" / "sb"
+    by_index = {r["prompt_index"]: r for r in ledger_records(run_dir)}
+    assert [by_index[i]["disposition"] for i in range(3)] == ["kept", "failed_retryable", "kept"]
+    broken = by_index[1]
+    assert broken["sandbox_failed"] and broken["row"] is None
+    assert broken["error"].startswith("sandbox: could not start the sandbox: bwrap: Can't mkdir")
+    kept = read_jsonl(run_dir / "trajectories.jsonl")
+    assert sorted(row["prompt_index"] for row in kept) == [0, 2]
+    outputs = tool_outputs(kept)
+    assert "all-fine" in outputs[0] and "command not found" in outputs[1]
+    assert not any("could not start" in output for output in outputs)
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["sandbox"]["failed"] == 1 and stats["counts"]["kept"] == 2
