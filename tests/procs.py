@@ -41,6 +41,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def open_fds() -> int:
+    """How many file descriptors this process holds."""
+    return len(os.listdir("/proc/self/fd"))
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Poll `predicate` until it holds or `timeout` seconds pass; returns its last value."""
     deadline = time.monotonic() + timeout

@@ -8,6 +8,9 @@ every backend (local, docker, ...). A backend creates sandboxes, checks images b
 from __future__ import annotations
 
 import abc
+import errno
+import os
+import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping, TypeVar
@@ -17,6 +20,13 @@ from hermes_core.sandbox.terminal_env import setting_from_env
 
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
+MAX_READ_BYTES = 256 << 20  # what read_file takes at most by default (a sandbox's file may grow forever)
+# How backends that read through a shell in the sandbox read a file: $1 the path, $2 the most bytes
+# to print (one more than the limit, so that a larger file shows). Only a regular file is opened: a
+# FIFO would hold the read until its timeout, a device stream forever.
+READ_MISSING, READ_DIRECTORY, READ_IRREGULAR = 90, 91, 92  # its exit codes, apart from the shell's own
+READ_SCRIPT = (f'[ -e "$1" ] || exit {READ_MISSING}; [ -d "$1" ] && exit {READ_DIRECTORY}; '
+               f'[ -f "$1" ] || exit {READ_IRREGULAR}; exec head -c "$2" -- "$1"')
 Job = TypeVar("Job")
 
 
@@ -143,8 +153,10 @@ class Sandbox(abc.ABC):
         the first command does whatever is left. Raises SandboxError."""
 
     @abc.abstractmethod
-    def read_file(self, path: str) -> bytes:
-        """Bytes of a file; raises FileNotFoundError or SandboxError."""
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
+        """Bytes of a regular file (links followed) of at most `limit` bytes; raises FileNotFoundError,
+        or SandboxError for a directory, anything else that is not a regular file (never opened: a FIFO
+        would block, a device stream) and a larger file (never read whole: `too_large`)."""
 
     @abc.abstractmethod
     def write_file(self, path: str, data: bytes) -> str:
@@ -159,6 +171,59 @@ class Sandbox(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _amount(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 and not size % (1 << 20) else f"{size:,} bytes"
+
+
+def too_large(path: str, limit: int) -> SandboxError:
+    return SandboxError(f"{path!r} is larger than {_amount(limit)}, the limit of this read")
+
+
+def not_regular(path: str) -> SandboxError:
+    return SandboxError(f"{path!r} is not a regular file (a FIFO, socket or device); only regular files are read")
+
+
+def script_read(path: str, exit_code: int | None, data: bytes, limit: int, message: str = "") -> bytes:
+    """The file a READ_SCRIPT run printed (`data`), or the error its exit code (None: timed out) means."""
+    if exit_code == READ_MISSING:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    if exit_code == READ_DIRECTORY:
+        raise SandboxError(f"{path!r} is a directory")
+    if exit_code == READ_IRREGULAR:
+        raise not_regular(path)
+    if exit_code is None:
+        raise SandboxError(f"reading {path!r} timed out")
+    if len(data) > limit:
+        raise too_large(path, limit)
+    if exit_code != 0:
+        raise SandboxError(f"could not read {path!r}: {message or f'exit code {exit_code}'}")
+    return data
+
+
+def read_host_file(host: Path, path: str, limit: int) -> bytes:
+    """A regular file at `host` (a resolved host path: no link is followed) of at most `limit` bytes,
+    named `path` in errors. Opened without blocking and checked after opening, so a FIFO or device
+    swapped in meanwhile is refused too."""
+    try:
+        fd = os.open(host, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
+    except OSError as exc:
+        raise SandboxError(f"could not read {path!r}: {exc.strerror or exc}") from exc
+    with open(fd, "rb", closefd=True) as handle:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SandboxError(f"{path!r} is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise not_regular(path)
+        if info.st_size > limit:
+            raise too_large(path, limit)
+        data = handle.read(limit + 1)  # it may have grown since
+    if len(data) > limit:
+        raise too_large(path, limit)
+    return data
 
 
 class SandboxBackend(abc.ABC):

@@ -16,7 +16,6 @@ sandbox itself, so tools see exactly what commands see.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import posixpath
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_DIRECTORY, READ_SCRIPT, ExecResult, Sandbox,
+                                      SandboxBackend, SandboxError, SandboxSettings, script_read, too_large)
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
@@ -45,12 +45,9 @@ BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
 ETC_COPY_PREFIX = ".etc-"
 FILE_TIMEOUT_S = 60.0
-MAX_FILE_BYTES = 256 << 20  # what read_file takes from a sandbox, which may stream forever
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
-_MISSING, _DIRECTORY = 90, 91  # exit codes of the file scripts, apart from the shell's own (2 = redirect failed)
-_READ = f'[ -e "$1" ] || exit {_MISSING}; [ -d "$1" ] && exit {_DIRECTORY}; exec cat -- "$1"'
-_WRITE = f'[ -d "$1" ] && exit {_DIRECTORY}; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+_WRITE = f'[ -d "$1" ] && exit {READ_DIRECTORY}; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
 _NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
                     "--new-session", "--cap-drop", "ALL"]  # as root, bwrap would otherwise keep every capability
 
@@ -141,15 +138,18 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     def start(self) -> None:
         self._exec_server()
 
-    def _run(self, inner: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+    def _run(self, inner: list[str], data: bytes | None = None, limit: int = MAX_READ_BYTES,
+             path: str = "") -> subprocess.CompletedProcess:
+        """A file operation: its output, of which no more than `limit` bytes are taken (the file `path`
+        is larger: `too_large`), whatever runs in the sandbox (an image's `head` may be anything)."""
         server = self._exec_server()
         if server is not None:
             out, err = bytearray(), bytearray()
 
             def take(chunk: bytes) -> None:
                 out.extend(chunk)
-                if len(out) > MAX_FILE_BYTES:
-                    raise SandboxError(f"file larger than {MAX_FILE_BYTES >> 20} MiB")
+                if len(out) > limit:
+                    raise too_large(path, limit)
 
             status = server.call(inner, self.cwd, self.env, FILE_TIMEOUT_S, data, take, err.extend)
             if status is None:
@@ -188,17 +188,14 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
 
     def _checked(self, path: str, done: subprocess.CompletedProcess) -> None:
         message = done.stderr.decode(errors="replace").strip()
-        if done.returncode == _MISSING:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        if done.returncode == _DIRECTORY:
+        if done.returncode == READ_DIRECTORY:
             raise SandboxError(f"{path!r} is a directory")
         if done.returncode != 0:
             raise SandboxError(message or f"{path!r}: failed with exit code {done.returncode}")
 
-    def read_file(self, path: str) -> bytes:
-        done = self._run(["/bin/sh", "-c", _READ, "sh", path])
-        self._checked(path, done)
-        return done.stdout
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
+        done = self._run(["/bin/sh", "-c", READ_SCRIPT, "sh", path, str(limit + 1)], limit=limit, path=path)
+        return script_read(path, done.returncode, done.stdout, limit, done.stderr.decode(errors="replace").strip())
 
     def write_file(self, path: str, data: bytes) -> str:
         self._checked(path, self._run(["/bin/sh", "-c", _WRITE, "sh", path], data))

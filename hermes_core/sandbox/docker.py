@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import docker
 from docker.errors import ImageNotFound, NotFound
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import (MAX_READ_BYTES, ExecResult, ProcessStatus, SandboxBackend, SandboxError,
+                                      SandboxSettings)
 from hermes_core.sandbox.docker_engine import (connect, engine_errors, engine_location, put_archive,
                                                path_stat, read_archive_file, tar_of, unix_mode)
 from hermes_core.sandbox.docker_exec import (POLL_SCRIPT, SPAWN_SCRIPT, kill_tagged, new_tag, parse_poll, run_exec,
@@ -138,9 +139,9 @@ class DockerSandbox(TaggedSandbox):
         job.killed = True
         return self.poll(process_id)
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         with engine_errors(f"reading {path!r}"):
-            return read_archive_file(self.api, self.container_id, self._inside(path))
+            return read_archive_file(self.api, self.container_id, self._inside(path), limit)
 
     def write_file(self, path: str, data: bytes) -> str:
         target = self._inside(path)

@@ -14,12 +14,14 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, NotFound
 
-from hermes_core.sandbox.base import SandboxError
+from hermes_core.sandbox.base import SandboxError, not_regular, too_large
 
 API_TIMEOUT_S = 120  # per engine call; commands themselves are bounded by their own timeout
 MAX_POOL_SIZE = 32  # concurrent sessions share one client
 _GO_MODE_DIR, _GO_MODE_SYMLINK = 1 << 31, 1 << 27  # os.FileMode bits in the engine's path stat
 _GO_SPECIAL_BITS = ((1 << 23, 0o4000), (1 << 22, 0o2000), (1 << 20, 0o1000))  # setuid, setgid, sticky
+_GO_MODE_IRREGULAR = (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)  # devices, FIFO, socket, ...
+_TAR_OVERHEAD = 64 << 10  # an archive of one file: its headers and padding beyond the file's bytes
 _MAX_LINKS = 16
 
 
@@ -112,8 +114,9 @@ def unix_mode(api: docker.APIClient, container_id: str, path: str, default: int)
     return (mode & 0o777) | sum(bit for go_bit, bit in _GO_SPECIAL_BITS if mode & go_bit)
 
 
-def read_archive_file(api: docker.APIClient, container_id: str, path: str) -> bytes:
-    """Bytes of a regular file (symlinks followed) through the engine's archive API."""
+def read_archive_file(api: docker.APIClient, container_id: str, path: str, limit: int) -> bytes:
+    """Bytes of a regular file (symlinks followed) of at most `limit` bytes through the engine's archive
+    API, which archives a FIFO or device as such instead of opening it (refused here)."""
     for _ in range(_MAX_LINKS):
         stat = path_stat(api, container_id, path)
         if stat is None:
@@ -124,14 +127,25 @@ def read_archive_file(api: docker.APIClient, container_id: str, path: str) -> by
             continue
         if mode & _GO_MODE_DIR:
             raise SandboxError(f"{path!r} is a directory")
+        if mode & _GO_MODE_IRREGULAR:
+            raise not_regular(path)
+        if int(stat.get("size", 0)) > limit:
+            raise too_large(path, limit)
         try:
             stream, _ = api.get_archive(container_id, path)
         except NotFound:
             raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream)), mode="r:") as tar:
+        archive = bytearray()
+        for chunk in stream:  # the file may have grown since its stat
+            archive += chunk
+            if len(archive) > limit + _TAR_OVERHEAD:
+                raise too_large(path, limit)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             member = tar.next()
             handle = tar.extractfile(member) if member is not None else None
             if handle is None:
-                raise SandboxError(f"{path!r} is not a regular file")
+                raise not_regular(path)
+            if member.size > limit:
+                raise too_large(path, limit)
             return handle.read()
     raise SandboxError(f"{path!r}: too many levels of symbolic links")

@@ -8,7 +8,9 @@ server forks a supervisor that runs the command and answers with its wait status
 through the server: the command writes into pipes this process reads, capped as before.
 
 Everything the sandbox sends is untrusted: a status is exactly 5 bytes, anything else (or silence
-past the timeout, or an end of file) is a SandboxError, and a dead server fails the sandbox for good.
+past the timeout, or an end of file) is a SandboxError, and a dead server fails the sandbox for good
+(SandboxFailed): the server is then ended, and every process of the sandbox with it. A request the
+server would refuse (over MAX_REQUEST) is refused here, so a long command cannot fail the sandbox.
 Without a C compiler the backend keeps one bubblewrap per command.
 """
 
@@ -36,6 +38,7 @@ START_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 5.0  # from asking for a kill to the status: the supervisor only has to SIGKILL and reap
 DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped the supervisor
 _STATUS = struct.Struct("=ci")
+MAX_REQUEST = 8 << 20  # the server's own cap on a command's request (MAX_REQUEST in exec_server.c)
 # Sandboxes starting at once per process: 1,024 sessions starting together on 2 cores would each
 # take longer than START_TIMEOUT_S; in turns, each start takes milliseconds and the timeout means a fault.
 STARTS_AT_ONCE = 4 * usable_cores()
@@ -101,6 +104,9 @@ def _request(argv: list[str], cwd: str, env: dict[str, str]) -> bytes:
         raise SandboxError("commands, paths and environment values cannot contain NUL bytes")
     body = struct.pack("=II", len(argv), len(env)) + b"".join(item.encode("utf-8", "surrogateescape") + b"\0"
                                                               for item in items)
+    if len(body) > MAX_REQUEST:
+        raise SandboxError(f"the command is too long: {len(body):,} bytes with its environment, the most is "
+                           f"{MAX_REQUEST >> 20} MiB; pass large data through a file")
     return struct.pack("=I", len(body)) + body
 
 
@@ -110,7 +116,7 @@ class ExecServer:
 
     def __init__(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
                  pass_fds: tuple[int, ...]) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _send fails the sandbox (and takes it again) while holding it
         self.failure: str | None = None
         with _starting:
             self._ctl: socket.socket | None = self._launch(argv, binary, cwd, env, pass_fds)
@@ -151,20 +157,26 @@ class ExecServer:
             why = logged or f"it exited (status {self.proc.returncode}) before it was ready"
         raise SandboxFailed(f"could not start the sandbox: {why}")
 
-    def _fail(self, why: str) -> SandboxError:
-        """The sandbox is unusable from now on: every later command gets the same error."""
-        if self._ctl is None:
-            return SandboxError("the sandbox was closed while the command ran")
-        if self.failure is None:
-            self.failure = f"the sandbox failed: its exec server {why}; the sample's sandbox has to be recreated"
-        return SandboxError(self.failure)
+    def _fail(self, why: str) -> SandboxFailed:
+        """The sandbox is unusable from now on: every later command gets the same error. The server is
+        ended (and with it, pid 1, everything in the sandbox), so no command waits on for nothing."""
+        with self._lock:
+            if self._ctl is None:
+                return SandboxFailed("the sandbox was closed while the command ran")
+            if self.failure is None:
+                self.failure = f"the sandbox failed: its exec server {why}; the sample's sandbox has to be recreated"
+                try:
+                    self._ctl.shutdown(socket.SHUT_RDWR)  # its end of file; stop() still closes it
+                except OSError:
+                    pass  # already gone
+            return SandboxFailed(self.failure)
 
     def _send(self, fds: list[int]) -> None:
         with self._lock:
             if self.failure:
-                raise SandboxError(self.failure)
+                raise SandboxFailed(self.failure)
             if self._ctl is None:
-                raise SandboxError("the sandbox is closed")
+                raise SandboxFailed("the sandbox is closed")
             try:
                 self._ctl.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", fds))])
             except OSError as exc:
@@ -175,21 +187,33 @@ class ExecServer:
         """Run `argv`; its stdout goes to `out`, its stderr to `err` (None: to `out`, interleaved).
         Returns the raw wait status, or None when `timeout` passed and the command's tree was killed."""
         request = _request(argv, cwd, env)
+        # Every fd is closed on every path (a failed sandbox refuses each call: leaked, they ran out)
+        # and exactly once: a second close could hit a number another thread has just been given (a
+        # concurrent command's pipe), which then fails with EBADF.
+        readers: dict[int, Callable[[bytes], None]] = {}
+        writer: list[int] = []  # stdin's write end: _follow closes it once all of stdin is written
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe() if err else (-1, out_w)
-        in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+        given: list[int] = []  # the command's ends: closed here once the server has its copies
         try:
-            self._send([theirs.fileno(), in_r, out_w, err_w])
-        finally:
-            theirs.close()
-            for fd in {in_r, out_w, err_w}:
-                os.close(fd)
-        readers = {out_r: out, **({err_r: err} if err else {})}
-        # Each fd is closed exactly once: a second close could hit a number another thread has
-        # just been given (a concurrent command's pipe), which then fails with EBADF.
-        writer = [in_w] if in_w >= 0 else []  # _follow closes it once all of stdin is written
-        try:
+            try:
+                out_r, out_w = os.pipe()
+                readers[out_r], err_w = out, out_w
+                given.append(out_w)
+                if err:
+                    err_r, err_w = os.pipe()
+                    readers[err_r] = err
+                    given.append(err_w)
+                if stdin is None:
+                    in_r = os.open(os.devnull, os.O_RDONLY)
+                else:
+                    in_r, in_w = os.pipe()
+                    writer.append(in_w)
+                given.append(in_r)
+                self._send([theirs.fileno(), in_r, out_w, err_w])
+            finally:
+                theirs.close()
+                for fd in given:
+                    os.close(fd)
             return self._follow(mine, request, readers, writer, stdin or b"", timeout)
         finally:
             mine.close()

@@ -14,7 +14,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import (MAX_READ_BYTES, ExecResult, Sandbox, SandboxBackend, SandboxError,
+                                      SandboxSettings, read_host_file)
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, remove_tree, sanitized_env, shell_argv, write_owner)
 
@@ -73,8 +74,8 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError(f"{path!r} is a directory")
         return resolved
 
-    def read_file(self, path: str) -> bytes:
-        return self._resolve(path).read_bytes()
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
+        return read_host_file(self._resolve(path), path, limit)
 
     def write_file(self, path: str, data: bytes) -> str:
         resolved = self._resolve(path)

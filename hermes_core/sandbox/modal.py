@@ -13,7 +13,6 @@ The `modal` SDK is imported only when this backend is used (`pip install modal`)
 
 from __future__ import annotations
 
-import errno
 import importlib
 import math
 import os
@@ -24,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_SCRIPT, ExecResult, ProcessStatus, SandboxBackend,
+                                      SandboxError, SandboxSettings, script_read, too_large)
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, image_label, image_problems, reference_problem
 from hermes_core.sandbox.output import STRAGGLER_NOTE, CappedBuffer, log_text
@@ -37,6 +37,7 @@ PREFLIGHT_TIMEOUT_ENV, DEFAULT_PREFLIGHT_TIMEOUT_S = "HERMES_MODAL_PREFLIGHT_TIM
 LIFETIME_ENV, DEFAULT_LIFETIME_S = "HERMES_MODAL_SANDBOX_TIMEOUT_S", 3600
 POLL_EVERY_S = 0.2  # each poll is a request to Modal
 KILL_TIMEOUT_S = 30
+FILE_TIMEOUT_S = 60
 LOG_DIR = "/tmp/.hermes-jobs"
 INSTALL_HINT = "the modal backend needs the Modal SDK: pip install modal"
 # Prints the log's size, then the log itself or its head and tail.
@@ -196,15 +197,23 @@ class ModalSandbox(TaggedSandbox):
             time.sleep(0.05)
         return self.poll(process_id)
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
+        # Through a shell rather than the SDK's filesystem, which would open a FIFO or device too.
         inside = self._inside(path)
-        errors = self.sdk.exception
         try:
-            return self.sandbox.filesystem.read_bytes(inside)
-        except errors.SandboxFilesystemNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), inside) from None
+            process = self.sandbox.exec("sh", "-c", READ_SCRIPT, "sh", inside, str(limit + 1),
+                                        timeout=FILE_TIMEOUT_S, text=False)
+            data = bytearray()
+            for chunk in process.stdout:  # capped here too: the image's `head` may be anything
+                data += chunk
+                if len(data) > limit:
+                    raise too_large(inside, limit)  # what still streams ends at the exec's timeout
+            code, message = process.wait(), process.stderr.read()
+        except SandboxError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"could not read {inside!r}: {describe(self.sdk, exc)}") from exc
+        return script_read(inside, None if code == -1 else code, bytes(data), limit, message.decode(errors="replace"))
 
     def write_file(self, path: str, data: bytes) -> str:
         inside = self._inside(path)

@@ -17,7 +17,6 @@ Docker's grammar and is pulled only when pulls are allowed.
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import shutil
@@ -25,7 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from hermes_core.sandbox.base import ExecResult, Sandbox, SandboxBackend, SandboxError, SandboxSettings
+from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_SCRIPT, ExecResult, Sandbox, SandboxBackend, SandboxError,
+                                      SandboxSettings, read_host_file, script_read)
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
@@ -130,23 +130,19 @@ class SingularitySandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError(f"{inside!r} is a directory")
         return host
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         inside = self._inside(path)
         host = self._host_path(inside)
         if host is not None:
-            return host.read_bytes()
-        command = '[ -e "$0" ] || exit 2; [ -d "$0" ] && exit 3; exec cat -- "$0"'
-        argv = self._argv(command) + [inside]  # bash -c COMMAND $0: the path, never parsed by a shell
+            return read_host_file(host, inside, limit)
+        # bash -c SCRIPT $0 $1 $2: the path, never parsed by a shell. The image is read-only: its
+        # `head` is the image's own, so the cap holds.
+        argv = self._argv(READ_SCRIPT) + ["sh", inside, str(limit + 1)]
         try:
             done = subprocess.run(argv, capture_output=True, env=self.env, cwd=self.state_dir, timeout=FILE_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise SandboxError(f"reading {inside!r} timed out after {FILE_TIMEOUT_S:.0f} s") from exc
-        if done.returncode == 2:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), inside)
-        if done.returncode != 0:
-            detail = "it is a directory" if done.returncode == 3 else done.stderr.decode(errors="replace").strip()
-            raise SandboxError(f"could not read {inside!r}: {detail}")
-        return done.stdout
+        return script_read(inside, done.returncode, done.stdout, limit, done.stderr.decode(errors="replace").strip())
 
     def write_file(self, path: str, data: bytes) -> str:
         self._argv("true")  # refuses closed sandboxes

@@ -10,9 +10,12 @@ The program's stdout and stderr are not involved, so they hold exactly what it p
 
 Everything arriving on the channel is untrusted: the parent checks the JSON shape, the tool name
 (only sandbox tools the session offers), the call budget, and lets the registry validate the
-arguments; whatever it reads, it answers with an `{"error": ...}` instead of raising. It stops
-serving when the program has ended, so a program that dies in the middle of a call, or never reads
-its answer, cannot hold it.
+arguments; whatever it reads, it answers with an `{"error": ...}` instead of raising. A request is
+read only if it is a regular file of at most MAX_REQUEST_BYTES (a FIFO could hold the read, a huge
+file the parent's memory). It stops serving when the program has ended, so a program that dies in
+the middle of a call, or never reads its answer, cannot hold it; and when the sandbox has failed for
+good (SandboxFailed, raised to the caller), rather than asking it again and again. Requests it cannot
+read are answered ever more slowly, so a sandbox failing every read is never asked in a tight loop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes_core.sandbox import SandboxError
+from hermes_core.sandbox.base import SandboxFailed
 from hermes_core.sandbox.base import DEFAULT_COMMAND_TIMEOUT_S
 from hermes_core.tools.registry import ToolContext, registry
 
@@ -33,6 +37,8 @@ MAX_TOOL_CALLS = 50  # per program, as the original's default
 # terminal() from a program runs in the foreground only; these are dropped, as the original drops them.
 _TERMINAL_DROPPED = ("background", "pty", "notify_on_complete", "watch_patterns")
 _FIRST_POLL_S, _MAX_POLL_S = 0.01, 0.25
+_MAX_ERROR_PAUSE_S = 2.0  # after each of consecutive unreadable requests: 0.02 s, 0.04 s, ... up to this
+MAX_REQUEST_BYTES = 1 << 20  # a tool call's request file (its arguments as JSON)
 
 _REQUIRED = object()
 # The stubs' signatures: the original's parameter names, order, types and defaults (its interface).
@@ -91,22 +97,31 @@ class ToolChannel:
         self.calls_made = 0
 
     def serve(self, finished: threading.Event) -> None:
-        """Answer requests until `finished` is set (the program has exited or was killed)."""
-        number, pause = 1, _FIRST_POLL_S
+        """Answer requests until `finished` is set (the program has exited or was killed); raises
+        SandboxFailed when the sandbox has failed for good."""
+        number, pause, error_pause = 1, _FIRST_POLL_S, _FIRST_POLL_S
         while not finished.is_set():
             request = f"{self.folder}/req_{number:06d}"
             try:
-                raw: bytes | None = self.ctx.sandbox.read_file(request)
+                raw: bytes | None = self.ctx.sandbox.read_file(request, MAX_REQUEST_BYTES)
             except FileNotFoundError:
                 finished.wait(pause)
                 pause = min(pause * 1.5, _MAX_POLL_S)
                 continue
-            except Exception as exc:  # noqa: BLE001 - e.g. a folder or an unreadable file: answered, not fatal
+            except SandboxFailed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. a folder, a FIFO, too large: answered, not fatal
                 raw, unreadable = None, str(exc) or type(exc).__name__
             if finished.is_set():
                 break  # the program is gone: nobody would read the answer
-            answer = self.answer(raw) if raw is not None else _error(f"unreadable request: {unreadable}")
-            self._reply(number, answer)
+            if raw is None:
+                self._reply(number, _error(f"unreadable request (a request is a regular file of at most "
+                                           f"{MAX_REQUEST_BYTES >> 20} MiB): {unreadable}"))
+                error_pause = min(error_pause * 2, _MAX_ERROR_PAUSE_S)
+                finished.wait(error_pause)
+            else:
+                self._reply(number, self.answer(raw))
+                error_pause = _FIRST_POLL_S
             number, pause = number + 1, _FIRST_POLL_S
 
     def _reply(self, number: int, answer: str) -> None:

@@ -12,15 +12,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from hermes_core.sandbox import SandboxError, SandboxSettings
+from hermes_core.sandbox.base import SandboxFailed
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import exec_server
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
-from procs import ignoring, marker, processes_with, wait_until
+from procs import ignoring, marker, open_fds, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(server_binary() is None, reason="no C compiler: commands run one bubblewrap each")
 
@@ -157,6 +158,59 @@ def test_the_parent_trusts_nothing_the_server_sends(tmp_path: Path, behaviour: s
             server.call(["/bin/true"], "/", {}, 0.5, None, lambda chunk: None, None)
     finally:
         server.stop()
+
+
+def test_a_failed_server_releases_every_fd_of_every_call(tmp_path: Path) -> None:
+    """A failed sandbox refuses each later call: the fds each refused call opened (its socket and
+    pipes) leaked, and an execute_code channel asking again and again ran the process out of fds."""
+    server = _lying_server(tmp_path, "garbage")
+    try:
+        before = open_fds()
+        with pytest.raises(SandboxError, match="malformed"):  # failed while following the command
+            server.call(["/bin/true"], "/", {}, 5, b"input", lambda chunk: None, lambda chunk: None)
+        for stdin, err in [(None, None), (b"input", None), (None, lambda chunk: None)] * 100:
+            with pytest.raises(SandboxFailed, match="the sandbox failed"):  # refused before anything is sent
+                server.call(["/bin/true"], "/", {}, 5, stdin, lambda chunk: None, err)
+        assert open_fds() == before
+    finally:
+        server.stop()
+
+
+def test_a_failed_sandbox_ends_what_still_runs_in_it(backend: BubblewrapBackend) -> None:
+    """A command the server refuses (here: no argv) fails the sandbox for good; commands still running
+    end with it at once instead of at their timeout (an execute_code program waiting for an answer the
+    failed sandbox can never carry)."""
+    tag = marker()
+    with backend.open("failing") as box:
+        outcome: list[BaseException] = []
+        runner = threading.Thread(target=lambda: outcome.extend(_raised(lambda: box.exec(f"sleep {tag}", timeout=60))))
+        runner.start()
+        assert wait_until(lambda: processes_with(f"sleep {tag}"), timeout=10)
+        with pytest.raises(SandboxFailed, match="the sandbox failed: its exec server stopped while running"):
+            box._server.call([], "/", {}, 5, None, lambda chunk: None, None)
+        runner.join(timeout=30)
+        assert not runner.is_alive() and not processes_with(f"sleep {tag}")
+        assert len(outcome) == 1 and "the sandbox failed" in str(outcome[0])
+        with pytest.raises(SandboxFailed):
+            box.read_file("/etc/hostname")
+
+
+def _raised(call: Callable[[], object]) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - what the test looks at
+        return [exc]
+    return []
+
+
+def test_a_command_over_the_servers_cap_is_refused_and_the_sandbox_stays_usable(backend: BubblewrapBackend) -> None:
+    """The server drops a request over its 8 MiB cap: that failed the sandbox (a 9 MiB terminal call
+    from an execute_code program broke it for good). It is refused here instead, with the cap named."""
+    with backend.open("long") as box:
+        with pytest.raises(SandboxError, match="the command is too long: .* the most is 8 MiB") as refused:
+            box.exec("echo " + "x" * (9 << 20))
+        assert not isinstance(refused.value, SandboxFailed)
+        assert box.exec("echo still fine").output == "still fine\n"
 
 
 def test_without_the_server_each_command_is_a_bubblewrap(settings: SandboxSettings) -> None:

@@ -124,6 +124,26 @@ def test_files_written_by_tools_are_visible_to_commands_and_back(make):
         sandbox.read_file("missing.txt")
 
 
+@pytest.mark.timeout(120)  # a FIFO read blocked until the file timeout, or forever on the host
+def test_read_file_reads_regular_files_only_and_at_most_its_limit(make):
+    """A FIFO without a writer would hold the read, a device stream forever: neither is opened; a file
+    over the limit is refused without being read whole (execute_code's requests, read by the parent)."""
+    sandbox = make(cwd="/work")
+    made = sandbox.exec("mkfifo pipe && head -c 3000 /dev/zero > big && printf small > small && ln -s /dev/zero zero")
+    assert made.exit_code == 0, made.output
+    assert sandbox.read_file("small", limit=5) == b"small" and sandbox.read_file("big", limit=3000) == bytes(3000)
+    with pytest.raises(SandboxError, match="'/?(work/)?big' is larger than 2,999 bytes"):
+        sandbox.read_file("big", limit=2999)
+    with pytest.raises(SandboxError, match="is not a regular file"):
+        sandbox.read_file("pipe")
+    with pytest.raises((SandboxError, FileNotFoundError)) as device:  # docker's archive API does not see /dev
+        sandbox.read_file("zero")
+    assert "larger than" not in str(device.value)  # refused, never streamed
+    with pytest.raises(SandboxError, match="is a directory"):
+        sandbox.read_file(".")
+    assert sandbox.exec("echo usable").output.strip() == "usable"
+
+
 def test_sessions_do_not_share_files(make):
     first, second = make(), make()
     first.exec("echo mine > private.txt")

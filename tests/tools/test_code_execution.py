@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,11 +16,14 @@ import pytest
 
 from contract_backends import BACKENDS
 from hermes_core.sandbox import SandboxSettings
+from hermes_core.sandbox.base import SandboxFailed
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.tools import ToolContext, registry, result_failed
 from hermes_core.tools import code as code_tool
+from hermes_core.tools import code_rpc
 from hermes_core.tools.backends import ToolBackends
+from procs import open_fds
 from web_servers import searx, site  # noqa: F401  (fixtures)
 
 OFFERED = frozenset({"terminal", "process", "read_file", "write_file", "execute_code"})
@@ -286,6 +290,33 @@ def backend_ctx(request, tmp_path: Path):
         backend.close()
 
 
+# A FIFO where a request belongs held the parent's read (60 s, on `plain` for good); a 9 MiB request
+# was read whole, and its terminal call, over the exec server's 8 MiB cap, failed the sandbox.
+HOSTILE_REQUESTS = """
+import json, os
+import hermes_tools
+from hermes_tools import terminal
+rpc = hermes_tools._RPC_DIR
+os.makedirs(rpc)
+os.mkfifo(os.path.join(rpc, "req_000001"))
+print(json.loads(hermes_tools._answer(os.path.join(rpc, "res_000001"), "test"))["error"])
+hermes_tools._sequence[0] = 1
+print(terminal("echo " + "x" * (9 << 20)).get("error"))
+print(terminal("echo still served")["output"], end="")
+"""
+
+
+@pytest.mark.timeout(150)
+def test_hostile_request_files_are_answered_at_once(backend_ctx: ToolContext) -> None:
+    result = run(backend_ctx, HOSTILE_REQUESTS)
+    lines = result["output"].splitlines()
+    assert len(lines) == 3, result
+    assert lines[0].startswith("unreadable request (a request is a regular file of at most 1 MiB): ")
+    assert lines[0].endswith("is not a regular file (a FIFO, socket or device); only regular files are read")
+    assert "/req_000002' is larger than 1 MiB" in lines[1], lines[1]
+    assert lines[2] == "still served" and result["tool_calls_made"] == 1 and result["status"] == "success"
+
+
 def test_tool_calls_from_programs_work_on_every_backend(backend_ctx: ToolContext) -> None:
     result = run(backend_ctx, TOOLS_PROGRAM.replace(" && pwd", ""))
     assert result["output"].startswith("dict None\n2 True\n'2\\n' 0\n"), result
@@ -314,3 +345,86 @@ print(terminal("cat child-*.txt")["output"], end="")
     result = run(ctx, program)
     assert result["output"] == "child 0\nchild 1\nchild 2\n", result
     assert result["tool_calls_made"] == 5
+
+
+# --- a sandbox that fails under a program -----------------------------------------------------------
+
+
+def _fail_sandbox(ctx: ToolContext) -> None:
+    """Fail the sandbox for good as a real fault does: a request its exec server refuses (no argv)."""
+    with pytest.raises(SandboxFailed):
+        ctx.sandbox._server.call([], "/", {}, 5, None, lambda chunk: None, None)
+
+
+@pytest.mark.timeout(120)
+def test_a_sandbox_failing_under_a_program_ends_the_call_with_its_failure(ctx: ToolContext, tmp_path: Path) -> None:
+    """Every later call of a failed sandbox fails: the channel asked again at once, leaking each call's
+    fds until the process had none left. Now the program ends with the sandbox, the call raises the
+    failure (registry.call lets it through: the agent fails the sample), every fd is released and
+    other sandboxes work on."""
+    run(ctx, "print('warm')")  # what a sandbox keeps open for its life is open before counting
+    before = open_fds()
+    assert run(ctx, HOSTILE_REQUESTS)["output"].endswith("still served\n")
+    assert open_fds() == before
+    raised: list[SandboxFailed] = []
+
+    def program() -> None:
+        try:
+            run(ctx, "import time\nfrom hermes_tools import write_file\nwrite_file('started', '')\ntime.sleep(100)")
+        except SandboxFailed as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=program)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while "started" not in ctx.sandbox.exec("ls").output and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _fail_sandbox(ctx)
+    thread.join()
+    assert len(raised) == 1, raised
+    assert str(raised[0]).startswith("the sandbox failed: its exec server stopped while running a command")
+    assert open_fds() == before
+    with BubblewrapBackend(SandboxSettings(state_root=tmp_path / "next")).open("next") as fresh:
+        assert run(ToolContext(sandbox=fresh, task_id="task-2", offered=OFFERED), TOOLS_PROGRAM)["tool_calls_made"] == 3
+
+
+class _CountedReads:
+    """A sandbox whose reads are counted (the rest is the real one's)."""
+
+    def __init__(self, sandbox: Any) -> None:
+        self.sandbox, self.reads = sandbox, 0
+
+    def read_file(self, *args: Any) -> bytes:
+        self.reads += 1
+        return self.sandbox.read_file(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sandbox, name)
+
+
+def _serve_for(ctx: ToolContext, seconds: float) -> tuple[_CountedReads, BaseException | None]:
+    """Serve a channel on `ctx` for `seconds` (as if the program ran that long): the reads it made and
+    what it raised."""
+    counted = _CountedReads(ctx.sandbox)
+    channel = code_rpc.ToolChannel(ToolContext(sandbox=counted, task_id="task-1", offered=OFFERED),
+                                   ".hermes_exec_test/rpc", ["terminal"], time.monotonic() + 60)
+    finished = threading.Event()
+    threading.Timer(seconds, finished.set).start()
+    try:
+        channel.serve(finished)
+    except BaseException as exc:  # noqa: BLE001 - what the test looks at
+        return counted, exc
+    return counted, None
+
+
+def test_the_channel_stops_at_a_failed_sandbox_and_backs_off_on_unreadable_requests(ctx: ToolContext) -> None:
+    """In a failed sandbox every read fails: the channel asked ~10,000 times in 20 s, answering each
+    number in turn. Now it stops at the first; other unreadable requests are answered ever more slowly."""
+    ctx.sandbox.exec("mkdir -p " + " ".join(f".hermes_exec_test/rpc/req_{n:06d}" for n in range(1, 201)))
+    counted, raised = _serve_for(ctx, 1.0)  # 200 folders where requests belong: each answered with an error
+    assert raised is None and 3 <= counted.reads <= 10, counted.reads
+    answered = ctx.sandbox.exec("ls .hermes_exec_test/rpc | grep -c res_").output.strip()
+    assert int(answered) == counted.reads
+    _fail_sandbox(ctx)
+    counted, raised = _serve_for(ctx, 1.0)
+    assert isinstance(raised, SandboxFailed) and counted.reads == 1
