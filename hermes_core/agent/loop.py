@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import sys
 import threading
@@ -31,6 +32,7 @@ SUMMARY_REQUEST = (
     "summarize what you did and give your best final answer."
 )
 MAX_TURNS_WITHOUT_VALID_CALL = 3
+RECHECK_THREADS_S = 1.0  # a cancelled conversation's close stops its sandbox's commands again this often
 T = TypeVar("T")
 
 
@@ -93,6 +95,7 @@ class AIAgent:
         request_options: RequestOptions | None = None,
         hermes_text: HermesText = OWN_TEXT,
         prepare_sandbox: bool = True,  # open the sandbox while the first reply is written (False: at the first tool call)
+        max_parallel_tools: int | None = None,  # tool calls running at once (None: a whole read-only group)
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
@@ -119,6 +122,7 @@ class AIAgent:
         self._backend_given = self._backend is not None
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self.prepare_sandbox = prepare_sandbox
+        self.max_parallel_tools = max_parallel_tools
         self._http = http_client
         self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
         if tool_call_mode not in constrained.TOOL_CALL_MODES:
@@ -314,6 +318,9 @@ class _Session:
         self.state: dict[str, Any] = {}
         self.ctx: ToolContext | None = None
         self.offered = {tool.name: tool for tool in agent.tools}
+        self._threads: set[asyncio.Future] = set()  # tool calls running in worker threads
+        limit = agent.max_parallel_tools
+        self._slots = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
 
     def prepare(self) -> None:
         """Open the sandbox and ready it for commands in the background, while the model writes its
@@ -346,8 +353,27 @@ class _Session:
                 pass  # no tool needed it: not a failure of this sample
         if sandbox is not None:
             await asyncio.to_thread(sandbox.close)
+        await self._settle(sandbox)
         if self.agent._backend is not None and not self.agent._backend_given:
             await asyncio.to_thread(self.agent._backend.close)  # one the agent made: free what it keeps
+
+    async def _settle(self, sandbox: Sandbox | None) -> None:
+        """Wait for the tool threads a cancelled conversation left running: until they return they
+        hold workers that other conversations need. Closing the sandbox stopped their commands; it is
+        closed again while any remain, as a tool may have started its next command meanwhile."""
+        while self._threads:
+            await asyncio.wait(set(self._threads), timeout=RECHECK_THREADS_S)
+            if self._threads and sandbox is not None:
+                await asyncio.to_thread(sandbox.close)
+
+    async def _call(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """One tool call in a worker thread, at most `max_parallel_tools` of the conversation's at once.
+        Shielded: cancelling the conversation does not lose track of the thread (`_settle` waits for it)."""
+        async with self._slots:
+            thread = asyncio.ensure_future(asyncio.to_thread(self.agent.registry.call, tool.name, arguments, ctx))
+            self._threads.add(thread)
+            thread.add_done_callback(self._threads.discard)
+            return await asyncio.shield(thread)
 
     async def run_tool_calls(self, calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> bool:
         """Execute one assistant message's calls in order (consecutive read-only calls run
@@ -396,9 +422,7 @@ class _Session:
             for index, tool, _ in group:
                 self.agent._say(f"🔧 {labels[index]}")
                 self.agent._progress(tool.name, labels[index], call_ids[index], "running")
-            outputs = await asyncio.gather(
-                *(asyncio.to_thread(self.agent.registry.call, tool.name, arguments, ctx) for _, tool, arguments in group)
-            )
+            outputs = await asyncio.gather(*(self._call(tool, arguments, ctx) for _, tool, arguments in group))
             for (index, tool, _), output in zip(group, outputs):
                 # Web/browser output is marked as data, as Hermes Agent marks it.
                 results[index] = wrap_untrusted(tool.name, output, self.agent.hermes_text.untrusted_notice)

@@ -44,6 +44,11 @@ class ApiServer(ThreadedServer):
     def active_runs(self) -> int:
         return len(self.app.state.runs.tasks)
 
+    @property
+    def busy_threads(self) -> int:
+        """Worker threads running a tool call or a sandbox open or close right now."""
+        return self.app.state.workers.busy
+
     def start(self, timeout: float = 10.0) -> ApiServer:
         super().start(timeout)
         return self

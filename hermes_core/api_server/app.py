@@ -32,6 +32,7 @@ from hermes_core.api_server.settings import AUTO, ApiServerSettings
 from hermes_core.api_server.streaming import (Completion, error_body, hermes_status, run_error, stream_run,
                                               strip_inline_progress)
 from hermes_core.api_server.validation import RequestError, invalid, validate_messages, wrong_type
+from hermes_core.api_server.workers import PARALLEL_TOOLS_PER_RUN, Workers
 
 PROGRESS_HEADER = "x-hermes-progress"  # "inline" / "events": this request's progress with / without content lines
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
@@ -217,7 +218,7 @@ async def _run_unless_disconnected(request: Request, task: asyncio.Task) -> dict
 def create_app(settings: ApiServerSettings) -> Starlette:
     runs = RunPool(settings.max_concurrent_runs)
     chores = RunPool(settings.max_concurrent_runs)  # housekeeping answers: own slots, so they never crowd out chats
-    sessions = SessionStore(settings.max_sessions, settings.session_idle_s)
+    sessions = SessionStore(settings.max_sessions, settings.session_idle_s, settings.max_session_history_bytes)
     key = settings.key.encode()
     sandboxes = get_backend(settings.sandbox_backend)  # one for all requests: sessions reuse its slots
 
@@ -240,7 +241,7 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             sandbox_backend=backend or sandboxes, tool_progress=progress, tool_call_mode=settings.tool_call_mode,
             # Opened at the first tool call: many chat replies need none, and on docker a prepared
             # sandbox would be a container started and removed for nothing.
-            prepare_sandbox=False, **chat.options,
+            prepare_sandbox=False, max_parallel_tools=PARALLEL_TOOLS_PER_RUN, **chat.options,
         )
 
     def start_run(chat: ChatRequest, session: Session | None, housekeeping: bool, task_id: str,
@@ -296,13 +297,13 @@ def create_app(settings: ApiServerSettings) -> Starlette:
             return refusal(exc)
         if runs.closing:
             return error_response(503, "the server is shutting down", "server_error", "shutting_down")
-        echo = {**({SESSION_ID_HEADER: session_id} if session_id else {}),
-                **({SESSION_KEY_HEADER: session_key} if session_key else {})}
+        echo = {SESSION_ID_HEADER: session_id} if session_id else {}  # never the key: a secret stays in the request
         housekeeping = is_housekeeping(chat.user_message, chat.history)  # no tools, no sandbox, no session
         session = None
         if session_id and not housekeeping:
             try:
-                session = sessions.acquire(session_id, session_key, chat.history)
+                session = sessions.acquire(session_id, session_key, request.client.host if request.client else "",
+                                           chat.history)
             except SessionRefused as exc:
                 return refusal(exc)
         loop = asyncio.get_running_loop()
@@ -335,8 +336,10 @@ def create_app(settings: ApiServerSettings) -> Starlette:
         return JSONResponse(completion.response(result), headers=headers)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(served: Starlette) -> AsyncIterator[None]:
         runs.closing = False  # a stopped ApiServer may be started again
+        served.state.workers = Workers(settings.max_concurrent_runs)  # asyncio.run shuts it down with the loop
+        asyncio.get_running_loop().set_default_executor(served.state.workers)
         sweeper = asyncio.ensure_future(sessions.sweep_forever())
         yield
         sweeper.cancel()
@@ -348,8 +351,8 @@ def create_app(settings: ApiServerSettings) -> Starlette:
                       allow_methods=["GET", "POST", "OPTIONS"], max_age=600,
                       allow_headers=["Authorization", "Content-Type", "X-Hermes-Progress", SESSION_ID_HEADER,
                                      SESSION_KEY_HEADER],
-                      expose_headers=["Retry-After", SESSION_ID_HEADER, SESSION_KEY_HEADER, "X-Hermes-Completed",
-                                      "X-Hermes-Partial", "X-Hermes-Error"])
+                      expose_headers=["Retry-After", SESSION_ID_HEADER, "X-Hermes-Completed", "X-Hermes-Partial",
+                                      "X-Hermes-Error"])
     app = Starlette(
         routes=[Route("/health", health, methods=["GET"]),
                 Route("/v1/health", health, methods=["GET"]),

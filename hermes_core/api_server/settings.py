@@ -37,9 +37,12 @@ environment (or the env file; flags win, then the process environment, then the 
   API_SERVER_TOOLSETS            comma list of toolsets offered to the agent (default all available)
   API_SERVER_INLINE_PROGRESS     auto (default): tool progress also as content lines in streams unless the
                                  client is Hermes-aware (README: API server); true: always; false: never
-  API_SERVER_MAX_SESSIONS        X-Hermes-Session-Id sessions kept at once; the least recently used idle
-                                 one is closed for a new one (default 32)
-  API_SERVER_SESSION_IDLE_SECONDS  a session unused this long is closed with its sandbox (default 1800)
+  API_SERVER_MAX_SESSIONS        X-Hermes-Session-Id sessions kept at once; a new one closes an idle one
+                                 of the same client, else of a client holding more (default 32)
+  API_SERVER_SESSION_IDLE_SECONDS  a session unused this long is closed with its sandbox; a closed session's
+                                 id answers 410 session_expired for as long again (default 1800)
+  API_SERVER_MAX_SESSION_HISTORY_BYTES  a session whose history (JSON) grew past this answers 413
+                                 session_history_too_large (default 4194304)
   API_SERVER_MAX_ITERATIONS      model calls per request before the summary call (default 90)
   API_SERVER_KEEPALIVE_SECONDS   SSE ": ping" comment interval while tools run (default 15)
   API_SERVER_TOOL_CALL_MODE      native (default) or constrained, for upstream models without tool calling
@@ -67,6 +70,7 @@ class ApiServerSettings:
     inline_progress: bool | str = AUTO  # True, False or AUTO
     max_sessions: int = 32
     session_idle_s: float = 1800.0
+    max_session_history_bytes: int = 4 * 1024 * 1024
     max_iterations: int = 90
     keepalive_s: float = 15.0
     sandbox_backend: str | None = None  # None: $HERMES_TERMINAL_BACKEND or "local"
@@ -78,7 +82,8 @@ class ApiServerSettings:
                 f"API_SERVER_KEY must be set to a secret of at least {MIN_KEY_LENGTH} characters "
                 f"(got {len(self.key or '')}); e.g. API_SERVER_KEY=$(openssl rand -hex 24)"
             )
-        for name in ("max_concurrent_runs", "max_body_bytes", "max_iterations", "max_sessions"):
+        for name in ("max_concurrent_runs", "max_body_bytes", "max_iterations", "max_sessions",
+                     "max_session_history_bytes"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
         if self.keepalive_s <= 0 or self.session_idle_s <= 0:
@@ -206,6 +211,7 @@ def load_settings(
         inline_progress=_inline_progress(env),
         max_sessions=int(_number(env, "API_SERVER_MAX_SESSIONS", 32)),
         session_idle_s=float(_number(env, "API_SERVER_SESSION_IDLE_SECONDS", 1800.0, float)),
+        max_session_history_bytes=int(_number(env, "API_SERVER_MAX_SESSION_HISTORY_BYTES", 4 * 1024 * 1024)),
         max_iterations=int(_number(env, "API_SERVER_MAX_ITERATIONS", 90)),
         keepalive_s=float(_number(env, "API_SERVER_KEEPALIVE_SECONDS", 15.0, float)),
         sandbox_backend=env.get("HERMES_TERMINAL_BACKEND") or None,

@@ -152,6 +152,12 @@ class Sandbox(abc.ABC):
         """Get ready for commands now rather than at the first (e.g. start the session's own process);
         the first command does whatever is left. Raises SandboxError."""
 
+    def interrupt(self) -> bool:
+        """Stop the commands running right now (called from another thread) as their timeout would:
+        each call returns with its command's tree killed. Background processes, files and the sandbox
+        stay usable. False when the backend cannot; its commands then run until their timeout."""
+        return False
+
     @abc.abstractmethod
     def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         """Bytes of a regular file (links followed) of at most `limit` bytes; raises FileNotFoundError,

@@ -138,6 +138,13 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     def start(self) -> None:
         self._exec_server()
 
+    def interrupt(self) -> bool:
+        with self._server_lock:
+            server = self._server
+        if server is not None:
+            server.interrupt()
+        return super().interrupt()  # commands of one bubblewrap each
+
     def _run(self, inner: list[str], data: bytes | None = None, limit: int = MAX_READ_BYTES,
              path: str = "") -> subprocess.CompletedProcess:
         """A file operation: its output, of which no more than `limit` bytes are taken (the file `path`

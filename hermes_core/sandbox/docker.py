@@ -65,6 +65,7 @@ class DockerSandbox(TaggedSandbox):
         self.api, self.container_id, self.session_id, self.cwd = api, container_id, session_id, cwd
         self.settings = settings
         self.jobs: dict[int, _Job] = {}
+        self.running: set[str] = set()
         self._closed = False
 
     def _ensure_cwd(self) -> None:
@@ -89,9 +90,14 @@ class DockerSandbox(TaggedSandbox):
             raise SandboxError(f"cannot create the working directory {self.cwd!r} in the container: {text}")
 
     def _run(self, argv: list[str], timeout: float, cap: int, workdir: str | None = None, user: str = SANDBOX_USER):
-        with engine_errors("running a command in the sandbox"):
+        tag = new_tag()
+        with engine_errors("running a command in the sandbox"), self._foreground(tag):
             return run_exec(self.api, self.container_id, argv, user=user, workdir=workdir or self.cwd,
-                            env=self._env(), tag=new_tag(), timeout=timeout, cap=cap)
+                            env=self._env(), tag=tag, timeout=timeout, cap=cap)
+
+    def _kill_tagged(self, tag: str) -> None:
+        with engine_errors("stopping a command"):
+            kill_tagged(self.api, self.container_id, tag, SANDBOX_USER)
 
     def exec(self, command: str, timeout: float | None = None) -> ExecResult:
         self._ensure_cwd()
@@ -134,8 +140,7 @@ class DockerSandbox(TaggedSandbox):
 
     def kill(self, process_id: int) -> ProcessStatus:
         job = self._job(process_id)
-        with engine_errors("stopping a background command"):
-            kill_tagged(self.api, self.container_id, job.tag, SANDBOX_USER)
+        self._kill_tagged(job.tag)
         job.killed = True
         return self.poll(process_id)
 

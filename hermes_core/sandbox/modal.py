@@ -99,6 +99,7 @@ class ModalSandbox(TaggedSandbox):
     def __init__(self, sdk: Any, sandbox: Any, session_id: str, cwd: str, settings: SandboxSettings) -> None:
         self.sdk, self.sandbox, self.session_id, self.cwd, self.settings = sdk, sandbox, session_id, cwd, settings
         self.jobs: dict[int, _Job] = {}
+        self.running: set[str] = set()
         self._tags = 0
         self._closed = False
 
@@ -125,6 +126,10 @@ class ModalSandbox(TaggedSandbox):
         if timeout <= 0:
             raise SandboxError("timeout must be positive")
         tag = self._tag()
+        with self._foreground(tag):
+            return self._run_tagged(command, tag, timeout)
+
+    def _run_tagged(self, command: str, tag: str, timeout: float) -> ExecResult:
         deadline = time.monotonic() + timeout
         process = self._start(command, tag, timeout=math.ceil(timeout))  # Modal's own deadline: a safety net
         buffer, lock = CappedBuffer(self.settings.output_cap_bytes), threading.Lock()

@@ -315,6 +315,13 @@ class BackgroundJobs:
     def statuses(self) -> list[ProcessStatus]:
         return [self.poll(job_id) for job_id in sorted(self.jobs)]
 
+    def interrupt(self) -> None:
+        """Kill the `exec` commands running now (their calls return as killed); background jobs stay."""
+        with self._lock:
+            running = list(self._running)
+        for pgid in running:
+            _kill_group_now(pgid)
+
     def kill_all(self, wait_s: float = 10.0) -> None:
         """Refuse new commands; kill running `exec` commands (waiting until they have returned),
         every background command, and whatever `exec` commands left running (`exec_groups`)."""
@@ -373,6 +380,10 @@ class BackgroundJobsMixin:
 
     def close_stdin(self, process_id: int) -> None:
         self.jobs.close_stdin(process_id)
+
+    def interrupt(self) -> bool:
+        self.jobs.interrupt()
+        return True
 
     def close(self) -> None:
         if self._closed:

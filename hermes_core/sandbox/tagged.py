@@ -8,7 +8,10 @@ other processes stay usable. `TaggedSandbox` holds what their sandboxes share. N
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 from hermes_core.sandbox.base import ProcessStatus, Sandbox, SandboxError, find_job
@@ -51,7 +54,29 @@ class TaggedSandbox(Sandbox):
     inside the sandbox, resolved against `cwd`."""
 
     jobs: dict[int, Any]
+    running: set[str]  # tags of the commands running now, for `interrupt`
     _closed: bool
+
+    @abc.abstractmethod
+    def _kill_tagged(self, tag: str) -> None:
+        """SIGKILL every process of the sandbox carrying `tag`; raises SandboxError."""
+
+    @contextlib.contextmanager
+    def _foreground(self, tag: str) -> Iterator[None]:
+        """While the command tagged `tag` runs, `interrupt` kills it."""
+        self.running.add(tag)
+        try:
+            yield
+        finally:
+            self.running.discard(tag)
+
+    def interrupt(self) -> bool:
+        for tag in list(self.running):
+            try:
+                self._kill_tagged(tag)
+            except SandboxError:
+                pass  # that command runs on to its timeout
+        return True
 
     def _check_open(self) -> None:
         if self._closed:

@@ -289,3 +289,35 @@ def test_a_sandbox_that_cannot_get_ready_is_still_used_or_closed(sim_url):
     with pytest.raises(RuntimeError, match="a bug"):
         broken.run_conversation("Run ls")
     assert [name for name, _ in events] == ["open", "start", "close"]  # not left open
+
+
+@pytest.mark.parametrize("limit, together", [(None, 2), (1, 1)])
+def test_max_parallel_tools_bounds_the_threads_of_a_conversation(sim_url, limit, together):
+    """The API server gives each run a bounded share of its worker threads (issue 28, finding 4)."""
+    import threading
+
+    from hermes_core.sandbox import SandboxSettings
+    from hermes_core.sandbox.local import PlainBackend
+    from hermes_core.tools.registry import ToolRegistry
+
+    inside, most, met, lock = [0], [0], threading.Event(), threading.Lock()
+    tools = ToolRegistry()
+
+    def peek(ctx, path: str) -> str:
+        """Look at a path."""
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            if inside[0] == 2:
+                met.set()
+        met.wait(0.5)  # unbounded, the other call arrives meanwhile
+        with lock:
+            inside[0] -= 1
+        return "seen"
+
+    tools.register(peek, "probe", read_only=True)
+    agent = make_agent(sim_url, enabled_toolsets=["probe"], tool_registry=tools, max_parallel_tools=limit,
+                       sandbox_backend=PlainBackend(SandboxSettings()))
+    result = agent.run_conversation("Peek at it [sim:parallel]")
+    assert [c["function"]["name"] for c in result["messages"][1]["tool_calls"]] == ["peek", "peek"]
+    assert most[0] == together

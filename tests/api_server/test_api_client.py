@@ -134,7 +134,7 @@ def test_session_history_headers_and_key(start_server: Any, sim_server: Any) -> 
     srv = start_server()
     first = post(srv.base_url, "My name is Ada [sim:no-tools]", session("s-1", "secret-key"))
     assert first.status_code == 200 and first.headers["x-hermes-session-id"] == "s-1"
-    assert first.headers["x-hermes-session-key"] == "secret-key" and "x-hermes-completed" not in first.headers
+    assert "x-hermes-session-key" not in first.headers and "x-hermes-completed" not in first.headers  # a secret
     # A known session's history is the server's: the second request's body holds only the new message.
     post(srv.base_url, "Summarize what I told you, session s-1", session("s-1", "secret-key"))
     sent = sim_server.log.bodies_mentioning("Summarize what I told you, session s-1")[-1]["messages"]
@@ -178,10 +178,12 @@ def test_sessions_are_evicted_and_expire_closing_their_sandboxes(start_server: A
     assert post(srv.base_url, WRITE, session("new")).status_code == 200  # room for one: "old" is evicted
     assert list(sessions.sessions) == ["new"] and sessions.closed == 1
     assert wait_until(lambda: not [p for p in live_sandboxes(sandbox_root) if p.startswith(old_prefix)], 10)
-    gone = post(srv.base_url, FRESH_READ, session("old"))  # starts afresh
-    assert SECRET not in gone.json()["choices"][0]["message"]["content"]
     assert wait_until(lambda: len(sessions) == 0 and not live_sandboxes(sandbox_root), 10)  # idle: expired
-    assert sessions.closed == 3
+    assert sessions.closed == 2
+    # Once an id's tombstone has expired too (another idle TTL), the id is free for a new session.
+    assert wait_until(lambda: not sessions.tombstones, 10)  # the sweeper forgets them
+    fresh = post(srv.base_url, FRESH_READ, session("old"))
+    assert fresh.status_code == 200 and SECRET not in fresh.json()["choices"][0]["message"]["content"]
 
 
 def test_housekeeping_requests_run_without_tools_or_run_slots(start_server: Any, sim_server: Any) -> None:
@@ -206,11 +208,14 @@ def test_session_and_progress_settings(tmp_path: Path) -> None:
     env = {"API_SERVER_KEY": KEY, "HERMES_BASE_URL": "http://127.0.0.1:9/v1", "HERMES_ENV_FILE": str(tmp_path / "no")}
     defaults = load_settings(None, env)
     assert (defaults.inline_progress, defaults.max_sessions, defaults.session_idle_s) == ("auto", 32, 1800.0)
+    assert defaults.max_session_history_bytes == 4 * 1024 * 1024
     tuned = load_settings(None, {**env, "API_SERVER_INLINE_PROGRESS": "false", "API_SERVER_MAX_SESSIONS": "2",
-                                 "API_SERVER_SESSION_IDLE_SECONDS": "0.5"})
+                                 "API_SERVER_SESSION_IDLE_SECONDS": "0.5", "API_SERVER_MAX_SESSION_HISTORY_BYTES": "9"})
     assert (tuned.inline_progress, tuned.max_sessions, tuned.session_idle_s) == (False, 2, 0.5)
+    assert tuned.max_session_history_bytes == 9
     for name, value, says in (("API_SERVER_INLINE_PROGRESS", "sometimes", "expected auto, true or false"),
                               ("API_SERVER_MAX_SESSIONS", "0", "max_sessions must be at least 1"),
-                              ("API_SERVER_SESSION_IDLE_SECONDS", "-1", "session_idle_s must be positive")):
+                              ("API_SERVER_SESSION_IDLE_SECONDS", "-1", "session_idle_s must be positive"),
+                              ("API_SERVER_MAX_SESSION_HISTORY_BYTES", "0", "max_session_history_bytes must be at least 1")):
         with pytest.raises(SettingsError, match=says):
             load_settings(None, {**env, name: value})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 import socket
 import threading
@@ -13,7 +14,7 @@ import pytest
 
 from contract_backends import BACKENDS
 from hermes_core.sandbox import SandboxBackend, SandboxError
-from procs import marker, processes_with
+from procs import marker, processes_with, wait_until
 
 
 def _contract(name: str):
@@ -159,6 +160,29 @@ def test_timeout_kills_the_whole_tree_and_the_session_stays_usable(make):
     time.sleep(0.5)
     assert processes_with(f"sleep {tag}") == []
     assert sandbox.exec("echo still here").output.strip() == "still here"
+
+
+@pytest.mark.parametrize("exec_server", [True, False])
+def test_interrupt_kills_running_commands_and_keeps_the_session(make, contract, exec_server):
+    """What the API server does when a session's client hangs up mid-command (issue 28, finding 4)."""
+    if not exec_server and contract.__name__ != "contract_backends.local":
+        pytest.skip("one bubblewrap per command is the local backend's own mode")
+    sandbox = make(exec_server=exec_server)
+    running, background = marker(), marker()
+    sandbox.write_file("kept.txt", b"kept")
+    job = sandbox.spawn(f"sleep {background}")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(sandbox.exec, f"sleep {running}; echo {n} > finished-{n}") for n in range(2)]
+        sleeping = lambda: [p for p in processes_with(f"sleep {running}") if p.startswith("sleep")]  # noqa: E731
+        assert wait_until(lambda: len(sleeping()) == 2, 15), "the commands never started"
+        assert sandbox.interrupt()
+        results = [call.result(timeout=20) for call in calls]
+    assert all(result.exit_code != 0 for result in results)  # killed, as a timeout kills
+    assert wait_until(lambda: not processes_with(f"sleep {running}"), 5)
+    assert sandbox.exec("ls finished-* 2>/dev/null | wc -l").output.strip() == "0"
+    assert sandbox.poll(job).running and processes_with(f"sleep {background}")  # background processes stay
+    assert sandbox.read_file("kept.txt") == b"kept" and sandbox.exec("echo still here").output.strip() == "still here"
+    assert sandbox.interrupt()  # with nothing running: nothing to do
 
 
 def test_background_jobs_do_not_hang_exec(make):
