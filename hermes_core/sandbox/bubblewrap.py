@@ -39,7 +39,8 @@ from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.host_root import copy_readable_etc, host_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, remove_tree, sanitized_env, shell_exit_code, write_owner)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, sanitized_env, shell_exit_code, write_owner)
+from hermes_core.sandbox.trees import remove_tree
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -388,8 +389,7 @@ class BubblewrapBackend(SandboxBackend):
                 retire([cgroup])  # emptied: a spare for later slots rather than a dying memory cgroup
                 slots += 1
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
-            if path.is_dir() and orphaned(path):
-                remove_tree(path)
+            if path.is_dir() and orphaned(path) and not remove_tree(path):  # a leftover is reported, and skipped
                 folders += not path.name.startswith(ETC_COPY_PREFIX)
         return max(slots, folders)
 

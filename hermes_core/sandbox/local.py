@@ -17,7 +17,8 @@ from pathlib import Path
 from hermes_core.sandbox.base import (MAX_READ_BYTES, ExecResult, Sandbox, SandboxBackend, SandboxError,
                                       SandboxSettings, read_host_file)
 from hermes_core.sandbox.cwd import checked_cwd
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, remove_tree, sanitized_env, shell_argv, write_owner)
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, sanitized_env, shell_argv, write_owner)
+from hermes_core.sandbox.trees import remove_tree
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
 
@@ -84,8 +85,8 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
         return str(resolved)
 
     def _release(self) -> None:
-        remove_tree(self.workdir)
-        remove_tree(self.state_dir)
+        if not remove_tree(self.workdir):  # else its owner file stays: reap() tries again once we are gone
+            remove_tree(self.state_dir)
 
 
 class PlainBackend(SandboxBackend):
@@ -123,8 +124,6 @@ class PlainBackend(SandboxBackend):
     def reap(self) -> int:
         removed = 0
         for state_dir in self.state_root.glob("*.state") if self.state_root.is_dir() else []:
-            if orphaned(state_dir):
-                remove_tree(state_dir.with_suffix(""))
-                remove_tree(state_dir)
-                removed += 1
+            if orphaned(state_dir) and not remove_tree(state_dir.with_suffix("")):  # else a later reap tries again
+                removed += not remove_tree(state_dir)
         return removed

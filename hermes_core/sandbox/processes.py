@@ -162,17 +162,6 @@ def owner_alive(owner: dict) -> bool:
     return owner.get("start") is None or process_start_time(pid) in (None, owner["start"])
 
 
-def remove_tree(path: Path) -> None:
-    def retry(func, target, _exc):  # type: ignore[no-untyped-def]
-        try:  # a command may have made folders read-only
-            os.chmod(os.path.dirname(target), 0o700)
-            func(target)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=retry)
-
-
 def owner_record(session_id: str) -> dict:
     """Who created a session: this process, with its start time so a reused pid does not count."""
     return {"pid": os.getpid(), "start": process_start_time(os.getpid()), "session_id": session_id}

@@ -29,7 +29,8 @@ from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_SCRIPT, ExecResult, S
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, remove_tree, sanitized_env, write_owner)
+from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, sanitized_env, write_owner)
+from hermes_core.sandbox.trees import remove_tree
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
 REMOTE_SCHEMES = ("docker://", "library://", "oras://", "shub://")  # + a reference: pulled by apptainer
@@ -258,6 +259,5 @@ class SingularityBackend(SandboxBackend):
         for state_dir in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if state_dir.is_dir() and orphaned(state_dir):
                 _kill_recorded_groups(state_dir)
-                remove_tree(state_dir)
-                removed += 1
+                removed += not remove_tree(state_dir)
         return removed

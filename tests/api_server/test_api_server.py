@@ -23,6 +23,7 @@ from hermes_core.api_server import ApiServer, SettingsError, load_settings, serv
 from hermes_core.api_server.app import parse_chat_request
 from hermes_core.sandbox.bubblewrap import ETC_COPY_PREFIX
 from procs import processes_with, wait_until
+from leftover_trees import BUILD_COMMAND, no_deep_tree_left  # noqa: F401 (fixture)
 from api_servers import (ALLOWED, AUTH, KEY, TOOL_PROMPT, client, sandbox_root, server, settings,  # noqa: F401
                          start_server, user)  # (fixtures)
 
@@ -335,5 +336,19 @@ def test_constrained_tool_call_mode_runs_tools_for_models_without_tool_calling(s
         load_settings(None, {"API_SERVER_KEY": KEY, "HERMES_BASE_URL": "http://127.0.0.1:9/v1",
                              "API_SERVER_TOOL_CALL_MODE": "json"})
 
+
+@pytest.mark.parametrize("backend", ["local", "plain"])
+def test_a_tool_building_a_deep_folder_is_answered_and_leaves_nothing(start_server: Any, tmp_path: Path,
+                                                                      monkeypatch: Any, no_deep_tree_left: None,
+                                                                      backend: str) -> None:
+    """Issue 28: closing the request's sandbox crashed on a 1,200-deep folder (RecursionError): the
+    request was answered 500 and the folder stayed in the state root."""
+    boxes = tmp_path / "boxes"
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(boxes))
+    body = {"model": "hermes-agent", "messages": user(f"Build it [sim:command={BUILD_COMMAND}]")}
+    response = httpx.post(start_server(sandbox_backend=backend).base_url + "/chat/completions", json=body,
+                          headers=AUTH, timeout=60)
+    assert response.status_code == 200 and "built" in response.json()["choices"][0]["message"]["content"]
+    assert [p for p in boxes.iterdir() if not p.name.startswith(ETC_COPY_PREFIX)] == []  # (the backend's /etc)
 
 # --- every history message checked against the chat-completions schema (issue 17, item 7) -------------

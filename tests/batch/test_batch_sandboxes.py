@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from hermes_assets.cli import batch_main
 from batch_runs import ledger_records, read_jsonl, write_dataset
+from leftover_trees import BUILD_COMMAND, dead_owner_session, immutable, no_deep_tree_left  # noqa: F401 (fixture)
 from procs import marker, processes_with
 
 BIN = Path(sys.executable).parent
@@ -160,3 +162,28 @@ def test_a_sample_whose_sandbox_is_broken_is_failed_and_never_kept(isolated_home
     assert not any("could not start" in output for output in outputs)
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert stats["sandbox"]["failed"] == 1 and stats["counts"]["kept"] == 2
+
+
+@pytest.mark.parametrize("backend_name", ["local", "plain"])
+def test_a_deep_folder_never_fails_a_run_and_a_leftover_that_cannot_go_is_reported_and_skipped(
+        isolated_homes, sim_url, monkeypatch, caplog, no_deep_tree_left, backend_name):
+    """Issue 28: a 1,200-deep folder crashed clean-up (RecursionError): the sample's close failed the
+    step, the folder stayed in the shared state root, and every later run failed at start, reaping it.
+    Now the dead runs' deep folders are reaped, the sample's own is removed, and the one file that
+    nothing can remove is reported once and skipped."""
+    state_root, plain = isolated_homes / "sandboxes", backend_name == "plain"
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(state_root))
+    gone = dead_owner_session(state_root, "gone-1", plain)
+    stuck = dead_owner_session(state_root, "stuck-1", plain)
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": f"Build it [sim:command={BUILD_COMMAND}]"}])
+    with immutable(stuck / "stuck"), caplog.at_level(logging.WARNING):
+        assert run(dataset, sim_url, f"--sandbox_backend={backend_name}") == 0
+        assert not gone.exists() and sorted(path.name for path in stuck.iterdir()) == ["stuck"]
+        assert sorted(path.name for path in state_root.iterdir()) == ["stuck-1", "stuck-1.state"][:1 + plain]
+    run_dir = isolated_homes / "data" / "sb"
+    assert "built" in tool_outputs(read_jsonl(run_dir / "trajectories.jsonl"))[0]
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["counts"]["kept"] == 1 and stats["sandbox"]["failed"] == 0
+    assert stats["sandbox"]["reaped_leftovers"] >= 1  # the dead session that could go (local: and dead slots)
+    warnings = [record.getMessage() for record in caplog.records if record.name == "hermes_core.sandbox.trees"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"could not remove all of {stuck}: 1 entry stayed")
