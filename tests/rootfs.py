@@ -15,7 +15,7 @@ def tiny_rootfs(image_root: Path, name: str = "tiny_v1") -> Path:
     rootfs = image_root / name
     (rootfs / "usr" / "bin").mkdir(parents=True)
     (rootfs / "bin").symlink_to("usr/bin")
-    for binary in ("dash", "cat", "mkdir", "dirname", "ls", "sleep", "rm"):
+    for binary in ("dash", "cat", "mkdir", "dirname", "ls", "sleep", "rm", "head"):
         source = shutil.which(binary)
         shutil.copy2(source, rootfs / "usr" / "bin" / binary)
         for library in re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", source], capture_output=True, text=True).stdout):

@@ -39,6 +39,10 @@ class SandboxSettings:
     memory_mb: int = 2048
     pids: int = 512
     cpus: float = 1.0
+    # The local backend's writable folders (workspace and /tmp, or an image's writable layer) are each
+    # a tmpfs of this size: a full one fails the write with "No space left on device".
+    disk_mb: int = 1024
+    host_uid: int = 100000  # local backend as root: the sandbox's root is this unprivileged host uid
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
     exec_server: bool = True  # local backend: one bubblewrap per session, commands through its exec server

@@ -22,6 +22,7 @@ import posixpath
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -36,7 +37,7 @@ from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
 from hermes_core.sandbox.cwd import checked_cwd
-from hermes_core.sandbox.host_root import copy_readable_etc, host_layout
+from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, sanitized_env, shell_exit_code, write_owner)
@@ -44,7 +45,11 @@ from hermes_core.sandbox.trees import remove_tree
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
-ETC_COPY_PREFIX = ".etc-"
+ETC_COPY_PREFIX = ".etc-"  # what earlier versions kept beside the sessions: reaped
+NO_LAUNCHER = ("as root, the local backend needs its launcher, which is built with a C compiler: install one "
+               "(e.g. apt-get install gcc), or run as another user")
+ID_COUNT = 65536
+LAYER = Path("/run/hermes-foundry/layer")  # where each session's writable tmpfs is, in its own mount namespace  # ids 0..65535 inside the sandbox, mapped to settings.host_uid and up
 FILE_TIMEOUT_S = 60.0
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
@@ -62,12 +67,35 @@ def _tag(state_root: Path) -> str:
     return hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:8]
 
 
+def _layer_mount_point() -> None:
+    """LAYER, made once: root's own folder (each session mounts its tmpfs there in its own namespace)."""
+    try:
+        LAYER.mkdir(mode=0o755, parents=True, exist_ok=True)
+        info = LAYER.lstat()
+    except OSError as exc:
+        raise SandboxError(f"cannot make the sandboxes' mount point {LAYER}: {exc}") from exc
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        raise SandboxError(f"{LAYER} must be a folder owned by root that only root may write; remove it")
+
+
+def host_ids(settings: SandboxSettings) -> int | None:
+    """The first host uid (and gid) of the sandbox's user namespace: its root is that unprivileged id,
+    so a command has no power over the host as root (kernel settings, root-owned files, keyrings).
+    None when not running as root: bubblewrap then maps the invoking user, who has no more power."""
+    if os.geteuid() != 0:
+        return None
+    if not 0 < settings.host_uid <= 2**32 - 2 - ID_COUNT:
+        raise SandboxError(f"HERMES_SANDBOX_HOST_UID={settings.host_uid} must be a host uid from 1 to "
+                           f"{2**32 - 2 - ID_COUNT} (the sandbox's ids 0..{ID_COUNT - 1} are mapped from it up)")
+    return settings.host_uid
+
+
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
     def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
-                 rootfs: Path | None, etc: Path, slot: "_Slot", give_back: Callable[["_Slot", bool], None],
-                 server: Path | None = None) -> None:
+                 rootfs: Path | None, slot: "_Slot", give_back: Callable[["_Slot", bool], None],
+                 launcher: Path | None = None) -> None:
         self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
@@ -78,46 +106,76 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._closed = False
         # Commands and file operations go through one exec server per session (exec_server.py),
         # started at the first of them; without its binary, each is a bubblewrap of its own.
-        self._server_binary, self._server = server, None
-        self._server_lock = threading.Lock()
-        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout(etc)  # the last step that may fail
+        self._launcher = launcher
+        self._server_binary, self._server = (launcher if settings.exec_server else None), None
+        self._server_lock = threading.RLock()  # also guards the writable layer's pinning
+        self._layer: list[str] | None = None  # the launcher's arguments making it, once there is one
+        self._rootfs: Path | None = None
+        self._ids = host_ids(settings)
+        if self._ids is not None and launcher is None:
+            raise SandboxError(NO_LAUNCHER)
+        self._disk = str(settings.disk_mb << 20)
+        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
 
-    def _host_layout(self, etc: Path) -> list[str]:
-        (self.state_dir / "tmp").mkdir()
-        (self.state_dir / "tmp").chmod(0o1777)  # like any /tmp (mkdir's mode is cut by the umask)
-        (self.state_dir / "cwd").mkdir()
-        return [*host_layout(etc), "--proc", "/proc", "--dev", "/dev", "--bind", str(self.state_dir / "tmp"), "/tmp",
-                "--bind", str(self.state_dir / "cwd"), self.cwd, "--remount-ro", "/"]  # no writes that vanish
+    def _host_layout(self) -> list[str]:
+        if self._ids is None:  # not root: plain folders of the invoking user (a tmpfs here needs root)
+            rw = self.state_dir
+            (rw / "tmp").mkdir()
+            (rw / "tmp").chmod(0o1777)  # like any /tmp (mkdir's mode is cut by the umask)
+            (rw / "cwd").mkdir()
+        else:
+            rw = self._writable_layer()
+        return [*host_layout(), *proc_layout(), "--dev", "/dev", "--bind", str(rw / "tmp"), "/tmp",
+                "--bind", str(rw / "cwd"), self.cwd, "--remount-ro", "/"]  # no writes that vanish
 
     def _image_layout(self, rootfs: Path) -> list[str]:
-        upper, work, merged = (self.state_dir / name for name in ("upper", "work", "root"))
-        for folder in (upper, work, merged):
-            folder.mkdir()
-        if "," in str(self.state_dir) or ":" in str(self.state_dir):
-            raise SandboxError(f"the state folder {self.state_dir} must not contain ',' or ':' (overlayfs)")
-        options = f"lowerdir={rootfs},upperdir={upper},workdir={work}"
-        self._fds["mnt"] = pin_namespace(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                                          'mount -t overlay overlay -o "$1" "$2" && echo $$ && read x', "sh",
-                                          options, str(merged)], "mnt")
+        if self._ids is None:
+            raise SandboxError("the local backend runs images only as root (it mounts them); run as root or choose "
+                               "the docker backend")
         # The cwd lives in the overlay (not a bind), so an image's own files there stay visible.
-        return ["--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev", "--dir", self.cwd]
+        return ["--bind", str(self._writable_layer(rootfs) / "root"), "/", *proc_layout(), "--dev", "/dev",
+                "--dir", self.cwd]
 
-    def _argv(self, inner: list[str], pid1: bool = False) -> list[str]:
+    def _writable_layer(self, rootfs: Path | None = None) -> Path:
+        """Where the session's writable space will be: a size-capped tmpfs (the disk quota, also
+        counted against the session's memory limit) on LAYER in a mount namespace only an fd holds,
+        never a host folder, so no host path shows in the sandbox's mountinfo. With an image, it holds
+        the overlay `root` of `rootfs` (its files shifted to the sandbox's ids by an idmapped mount).
+        Made by the exec server's launcher as it starts (no process of its own), else by _pin_layer."""
+        _layer_mount_point()
+        self._layer, self._rootfs = ["--layer", str(LAYER), self._disk, *(["--image", str(rootfs)] if rootfs else [])], rootfs
+        return LAYER
+
+    def _pin_layer(self) -> None:
+        """The writable layer made and pinned by a process of its own, for a bubblewrap started before
+        (or without) the exec server."""
+        with self._server_lock:
+            if self._layer is not None and "mnt" not in self._fds:
+                self._fds["mnt"] = pin_namespace([str(self._launcher), "--layer", str(LAYER), str(self._ids),
+                                                  str(ID_COUNT), self._disk, *([str(self._rootfs)] if self._rootfs else [])],
+                                                 "mnt")
+
+    def _argv(self, inner: list[str], pid1: bool = False, make_layer: bool = False) -> list[str]:
         if self._closed:
             raise SandboxError(f"sandbox {self.session_id!r} is closed")
+        if not make_layer:
+            self._pin_layer()
         flags = [*_NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else _NAMESPACE_FLAGS
-        return [*self._enter(), BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
+        return [*self._enter(make_layer), BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
 
-    def _enter(self) -> list[str]:
-        """What runs bubblewrap inside the slot's cgroup and namespaces: the exec server's launcher
-        mode (one static process), else a shell that joins the cgroup and nsenter."""
+    def _enter(self, make_layer: bool = False) -> list[str]:
+        """What runs bubblewrap inside the slot's cgroup and namespaces, as root of a user namespace
+        whose ids are unprivileged on the host (when we are root): the exec server's launcher mode (one
+        static process); when not root and without it, a shell that joins the cgroup and nsenter."""
         procs = self.cgroup.procs_files if self.cgroup else []
-        if self._server_binary is not None:
+        if self._launcher is not None:
             joins = [*(item for path in procs for item in ("--cgroup", str(path))),
-                     *(item for fd in self._fds.values() for item in ("--ns", str(fd)))]
-            return [str(self._server_binary), "--enter", *joins, "--"] if joins else []
+                     *(item for fd in self._fds.values() for item in ("--ns", str(fd))),
+                     *(["--map", str(self._ids), str(ID_COUNT)] if self._ids is not None else []),
+                     *(self._layer or [] if make_layer else [])]
+            return [str(self._launcher), "--enter", *joins, "--"] if joins else []
         enter = self.cgroup.enter_argv() if self.cgroup else []
         namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
         return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
@@ -131,9 +189,18 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
                 raise SandboxError(f"sandbox {self.session_id!r} is closed")
             if self._server is None:
                 # The server is pid 1 of the sandbox, started from an fd: nothing is added to its files.
-                self._server = ExecServer(lambda ctl, exe: self._argv([f"/proc/self/fd/{exe}", str(ctl), str(exe)],
-                                                                      pid1=True),
-                                          self._server_binary, self.state_dir, self.env, tuple(self._fds.values()))
+                # Its launcher makes the writable layer unless a bubblewrap before it did.
+                make_layer = self._layer is not None and "mnt" not in self._fds
+                server = ExecServer(lambda ctl, exe: self._argv([f"/proc/self/fd/{exe}", str(ctl), str(exe)],
+                                                                pid1=True, make_layer=make_layer),
+                                    self._server_binary, self.state_dir, self.env, tuple(self._fds.values()))
+                if make_layer:  # the launcher waits for bubblewrap in the layer's mount namespace: pin it
+                    try:
+                        self._fds["mnt"] = os.open(f"/proc/{server.proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError as exc:
+                        server.stop()
+                        raise SandboxError(f"could not start the sandbox: its launcher is gone ({exc})") from exc
+                self._server = server
             return self._server
 
     def start(self) -> None:
@@ -199,7 +266,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         if done.returncode == READ_DIRECTORY:
             raise SandboxError(f"{path!r} is a directory")
         if done.returncode != 0:
-            raise SandboxError(message or f"{path!r}: failed with exit code {done.returncode}")
+            raise SandboxError(_quota_hint(message, self._disk) or f"{path!r}: failed with exit code {done.returncode}")
 
     def read_file(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         done = self._run(["/bin/sh", "-c", READ_SCRIPT, "sh", path, str(limit + 1)], limit=limit, path=path)
@@ -222,6 +289,14 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._fds.clear()
         self._give_back(self._slot, emptied)
         remove_tree(self.state_dir)
+
+
+def _quota_hint(message: str, disk: str) -> str:
+    """`message`, saying which limit a full disk is (the sandbox's own tmpfs, not the host's disk)."""
+    if "No space left on device" not in message:
+        return message
+    return (f"{message} (the sandbox's writable space is full: {int(disk) >> 20} MiB each for the working "
+            "directory and /tmp, HERMES_SANDBOX_DISK_MB)")
 
 
 def _exit_code(status: int) -> int:
@@ -265,8 +340,6 @@ class BubblewrapBackend(SandboxBackend):
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
         self._spares = SparePool(self.hierarchy) if self.hierarchy else None
         self._idle: list[_Slot] = []
-        self._etc: Path | None = None  # the readable copy of /etc, made for the first session
-        self._open_sessions = 0
         self._lock = threading.Lock()
 
     def _rootfs(self, image: str) -> tuple[Path | None, str | None]:
@@ -294,6 +367,8 @@ class BubblewrapBackend(SandboxBackend):
 
     def preflight(self, images: Images) -> list[str]:
         problems = [] if BWRAP else ["bubblewrap (bwrap) is not installed; install it or choose another backend"]
+        if os.geteuid() == 0 and server_binary() is None:
+            problems.append(NO_LAUNCHER)
         return problems + image_problems(images, self.image_problem)
 
     def open(self, session_id: str, image: str | None = None, cwd: str | None = None) -> BubblewrapSandbox:
@@ -309,25 +384,14 @@ class BubblewrapBackend(SandboxBackend):
         slot = None
         try:
             slot = self._take_slot(session_id)
-            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, self._etc_copy(),
-                                        slot, self._give_back, server_binary() if self.settings.exec_server else None)
+            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back,
+                                        server_binary())
         except BaseException:
             if slot is not None:
                 slot.destroy()
             remove_tree(state_dir)
             raise
-        with self._lock:
-            self._open_sessions += 1
         return sandbox
-
-    def _etc_copy(self) -> Path:
-        with self._lock:
-            if self._etc is None:
-                holder = Path(tempfile.mkdtemp(prefix=ETC_COPY_PREFIX, dir=self.state_root))
-                write_owner(holder, "etc")  # reaped like a session if this process dies
-                copy_readable_etc(holder / "etc")
-                self._etc = holder / "etc"
-            return self._etc
 
     def _take_slot(self, session_id: str) -> _Slot:
         with self._lock:
@@ -356,25 +420,18 @@ class BubblewrapBackend(SandboxBackend):
 
     def _give_back(self, slot: _Slot, emptied: bool) -> None:
         with self._lock:
-            self._open_sessions -= 1
             if emptied and slot.cgroup is not None:
                 self._idle.append(slot)
                 return
         slot.destroy()  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
 
     def close(self) -> None:
-        """Destroy the idle slots (cgroups and network namespaces) and, once no session is open, the
-        copy of /etc."""
+        """Destroy the idle slots (cgroups and network namespaces)."""
         with self._lock:
             idle, self._idle = self._idle, []
-            etc = self._etc if not self._open_sessions else None
-            if etc is not None:
-                self._etc = None
         for slot in idle:
             slot.destroy(keep_cgroup=True)
         retire([slot.cgroup for slot in idle if slot.cgroup is not None])  # spares for later runs
-        if etc is not None:
-            remove_tree(etc.parent)
 
     def reap(self) -> int:
         """Empty the slot cgroups of dead owners (killing what runs in them; they become spares) and

@@ -19,11 +19,15 @@
  * signals.
  *
  * The same binary is also the launcher that starts bubblewrap on the host (see enter()): one static
- * process that joins the session's cgroup and namespaces, where a shell and nsenter took two. */
+ * process that joins the session's cgroup and namespaces, where a shell and nsenter took two, and
+ * with --map puts bubblewrap in a new user namespace whose root is an unprivileged host uid range
+ * (the host's root is not mapped in it at all). And it makes a session's writable layer (see layer()):
+ * a size-capped tmpfs, under an image's files shifted into that same id range by an idmapped mount. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -31,8 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -161,15 +167,176 @@ static void supervise(int sock, int in, int out, int err) {
   _exit(0);
 }
 
-/* argv: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... -- PROGRAM [ARGS...]
+/* A child in a new user namespace that maps ids 0..COUNT-1 to HOST..HOST+COUNT-1 (written by this
+ * process, which must be root: an unprivileged writer could map only its own uid). The child returns
+ * 0 once mapped, as root of its namespace; the parent gets the child's pid; -1 on failure (said on
+ * stderr). `go` false: the child only holds the namespace, until killed. */
+static pid_t userns_child(unsigned long host, unsigned long count) {
+  int ready[2], go[2];
+  if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0) return -1;
+  pid_t child = fork();
+  if (child == 0) {
+    char byte = 'u';
+    close(ready[0]), close(go[1]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (unshare(CLONE_NEWUSER) < 0) {
+      fprintf(stderr, "exec-server: cannot create a user namespace: %s\n", strerror(errno));
+      _exit(125);
+    }
+    write_full(ready[1], &byte, 1);
+    close(ready[1]);
+    if (read(go[0], &byte, 1) != 1) _exit(125);  /* the parent could not map it */
+    close(go[0]);
+    return 0;
+  }
+  close(ready[1]), close(go[0]);
+  char byte, path[64], map[64];
+  int ok = child > 0 && read(ready[0], &byte, 1) == 1;
+  int len = snprintf(map, sizeof map, "0 %lu %lu\n", host, count);
+  for (int i = 0; ok && i < 2; i++) {
+    snprintf(path, sizeof path, "/proc/%d/%s", child, i ? "gid_map" : "uid_map");
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ok = fd >= 0 && write(fd, map, (size_t)len) == len;
+    if (!ok) fprintf(stderr, "exec-server: cannot write %s (%s): %s\n", path, map, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  close(ready[0]);
+  if (ok) write_full(go[1], "g", 1);
+  close(go[1]);
+  if (!ok && child > 0) {
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+  }
+  return ok ? child : -1;
+}
+
+static int parse_ids(const char *host, const char *count, unsigned long *h, unsigned long *c) {
+  char *end1, *end2;
+  *h = strtoul(host, &end1, 10), *c = strtoul(count, &end2, 10);
+  return *host && *count && !*end1 && !*end2 && *h > 0 && *c > 0 && *c <= 65536 && *h + *c <= 4294967294ul;
+}
+
+/* In the child of userns_child: become root of the namespace (its capabilities stay for the exec). In
+ * the parent: wait for the child and leave with its status, dying with whoever started us. */
+static void become_mapped_root(pid_t child) {
+  if (child == 0) {
+    if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+      fprintf(stderr, "exec-server: cannot become root of the user namespace: %s\n", strerror(errno));
+      _exit(125);
+    }
+    return;
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+/* An idmapped copy of the mount at `lower` on `target`: its files owned by host ids 0.. belong to
+ * HOST.. instead (the ids of the sandbox's user namespace, see userns_child). 0, or -1 said on stderr. */
+static int mount_idmapped(const char *lower, const char *target, unsigned long host, unsigned long count) {
+  char path[64];
+  pid_t holder = userns_child(host, count);
+  if (holder == 0) for (;;) pause();  /* only holds the user namespace the mount is mapped by */
+  if (holder < 0) return -1;
+  snprintf(path, sizeof path, "/proc/%d/ns/user", holder);
+  int userns = open(path, O_RDONLY | O_CLOEXEC);
+  int tree = open_tree(AT_FDCWD, lower, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns};
+  int mapped = userns >= 0 && tree >= 0 && mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0;
+  kill(holder, SIGKILL);
+  waitpid(holder, NULL, 0);
+  if (!mapped || move_mount(tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+    fprintf(stderr, "exec-server: an idmapped mount of the image %s (needs Linux 5.19+ and a file system that "
+                    "supports it): %s\n", lower, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* The session's writable layer, in a new private mount namespace: a tmpfs of SIZE bytes on RW (so
+ * its disk use is capped and never on the host's disk), owned by the sandbox's root (HOST), holding
+ * cwd/ and tmp/ for a session on the host's system folders; or, for an image, the overlay RW/root of
+ * LOWER (the image's root filesystem, mounted idmapped on RW/lower) and RW/upper (with RW/work).
+ * RW is the same path for every session (each has its own namespace): a folder the sandbox's
+ * unprivileged root can reach, as bubblewrap resolves its sources as that user. 0, or 125 said on
+ * stderr. */
+static int make_layer(const char *rw, const char *size_text, const char *lower, unsigned long host,
+                      unsigned long count) {
+  char *end, options[128];
+  unsigned long long size = strtoull(size_text, &end, 10);
+  if (!*size_text || *end || !size) {
+    fprintf(stderr, "exec-server: bad layer size %s\n", size_text);
+    return 125;
+  }
+#define FAIL(what) do { fprintf(stderr, "exec-server: %s: %s\n", what, strerror(errno)); return 125; } while (0)
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) FAIL("mount namespace");
+  snprintf(options, sizeof options, "size=%llu,mode=0755,uid=%lu,gid=%lu", size, host, host);
+  if (mount("tmpfs", rw, "tmpfs", MS_NOSUID | MS_NODEV, options) < 0) FAIL("the writable layer's tmpfs");
+  if (chdir(rw) < 0) FAIL(rw);
+  /* owned by the sandbox's root, but work/ and lower/, which only the kernel uses */
+  const char *folders[] = {"cwd", "tmp", "upper", "root", "work", "lower"};
+  for (int i = lower ? 2 : 0; i < (lower ? 6 : 2); i++) {
+    if (mkdir(folders[i], 0755) < 0 || (i < 4 && chown(folders[i], (uid_t)host, (gid_t)host) < 0)) FAIL(folders[i]);
+  }
+  if (!lower && chmod("tmp", 01777) < 0) FAIL("tmp");
+  if (lower) {
+    if (mount_idmapped(lower, "lower", host, count) < 0) return 125;
+    /* Relative to RW: the sandbox sees these options in its mountinfo, and no host path is named. */
+    if (mount("overlay", "root", "overlay", 0, "lowerdir=lower,upperdir=upper,workdir=work") < 0)
+      FAIL("the image's overlay");
+  }
+  if (chdir("/") < 0) FAIL("/");
+#undef FAIL
+  return 0;
+}
+
+/* argv: exec-server --layer RW HOST COUNT SIZE_BYTES [LOWER]
+ * make_layer, then prints this process's pid and holds the namespace until its stdin closes (the
+ * parent pins it by an fd: no host mount ever exists, and a crash frees it). */
+static int layer(int argc, char **argv) {
+  unsigned long host, count;
+  if ((argc != 6 && argc != 7) || !parse_ids(argv[3], argv[4], &host, &count)) {
+    fprintf(stderr, "usage: exec-server --layer RW HOST COUNT SIZE_BYTES [LOWER]\n");
+    return 2;
+  }
+  int failed = make_layer(argv[2], argv[5], argc == 7 ? argv[6] : NULL, host, count);
+  if (failed) return failed;
+  printf("%d\n", getpid());
+  fflush(stdout);
+  char byte;
+  while (read(0, &byte, 1) > 0) {
+  }
+  return 0;
+}
+
+/* argv: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... [--map HOST COUNT [--layer RW SIZE
+ *        [--image LOWER]]] -- PROGRAM [ARGS...]
  * Moves this process into each cgroup (writing 0 to its cgroup.procs), joins the namespace each FD
- * pins (closing it), then execs PROGRAM: everything it starts is inside before it runs. Any failure
+ * pins (closing it), then execs PROGRAM: everything it starts is inside before it runs. With --map,
+ * PROGRAM runs as root of a new user namespace mapped to HOST.. (see userns_child) in a child, and
+ * this process waits for it; with --layer it first makes the session's writable layer (make_layer),
+ * and stays in its mount namespace, which the parent may pin through /proc/PID/ns/mnt. Any failure
  * ends here with status 125 and one line on stderr, before PROGRAM could run outside. */
 static int enter(int argc, char **argv) {
   int at = 2;
+  unsigned long host = 0, count = 0;
+  const char *rw = NULL, *size = NULL, *lower = NULL;
   for (; at + 1 < argc && strcmp(argv[at], "--") != 0; at += 2) {
     const char *what = argv[at], *value = argv[at + 1];
-    if (!strcmp(what, "--cgroup")) {
+    if (!strcmp(what, "--map") && at + 2 < argc) {
+      if (!parse_ids(value, argv[at + 2], &host, &count)) {
+        fprintf(stderr, "exec-server: bad --map %s %s\n", value, argv[at + 2]);
+        return 125;
+      }
+      at++;
+    } else if (!strcmp(what, "--layer") && at + 2 < argc) {
+      rw = value, size = argv[at + 2];
+      at++;
+    } else if (!strcmp(what, "--image")) {
+      lower = value;
+    } else if (!strcmp(what, "--cgroup")) {
       int fd = open(value, O_WRONLY | O_CLOEXEC);
       if (fd < 0 || write(fd, "0", 1) != 1) {
         fprintf(stderr, "exec-server: cannot join the cgroup of %s: %s\n", value, strerror(errno));
@@ -189,8 +356,19 @@ static int enter(int argc, char **argv) {
     }
   }
   if (at + 1 >= argc || strcmp(argv[at], "--") != 0) {
-    fprintf(stderr, "usage: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... -- PROGRAM [ARGS...]\n");
+    fprintf(stderr, "usage: exec-server --enter [--cgroup PROCS_FILE]... [--ns FD]... [--map HOST COUNT [--layer RW "
+                    "SIZE [--image LOWER]]] -- PROGRAM [ARGS...]\n");
     return 2;
+  }
+  if (rw && !count) {
+    fprintf(stderr, "exec-server: --layer needs --map\n");
+    return 2;
+  }
+  if (rw && make_layer(rw, size, lower, host, count)) return 125;
+  if (count) {
+    pid_t child = userns_child(host, count);
+    if (child < 0) return 125;
+    become_mapped_root(child);
   }
   execvp(argv[at + 1], argv + at + 1);
   fprintf(stderr, "exec-server: cannot run %s: %s\n", argv[at + 1], strerror(errno));
@@ -199,6 +377,7 @@ static int enter(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--enter")) return enter(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "--layer")) return layer(argc, argv);
   prctl(PR_SET_DUMPABLE, 0);  /* first: commands must not reach this process's fds or memory */
   prctl(PR_SET_NAME, "exec-server");  /* what `ps` shows instead of the fd it was started from */
   if (argc != 3) return 2;

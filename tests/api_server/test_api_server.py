@@ -103,10 +103,10 @@ def test_a_reply_without_tools_opens_no_sandbox(start_server: Any, tmp_path: Pat
     api = openai.OpenAI(base_url=start_server().base_url, api_key=KEY, max_retries=0, timeout=60)
     plain = api.chat.completions.create(model="hermes-agent", messages=user("What is 6 * 7? [sim:no-tools]"))
     assert "42" in plain.choices[0].message.content
-    assert not boxes.exists()  # no session folder and no copy of /etc: nothing was opened
+    assert not boxes.exists()  # no session folder: nothing was opened
     tooled = api.chat.completions.create(model="hermes-agent", messages=user(TOOL_PROMPT))
     assert "served-by-hermes" in tooled.choices[0].message.content
-    assert [p.name[:len(ETC_COPY_PREFIX)] for p in boxes.iterdir()] == [ETC_COPY_PREFIX]  # that one opened (and closed)
+    assert boxes.is_dir() and not any(boxes.iterdir())  # that one opened (and closed)
 
 
 def test_tool_use_stream_assembled_by_the_openai_client(client: openai.OpenAI) -> None:

@@ -304,8 +304,10 @@ def test_the_launcher_puts_bubblewrap_in_the_slots_cgroup_and_network_or_fails_f
             pytest.skip("no cgroup hierarchy with memory and pids controllers here")
         with local.open("joins") as box:
             assert box.exec("true").exit_code == 0
-            launched = box._server.proc.pid  # the launcher's pid, bubblewrap's after the exec
+            launcher = box._server.proc.pid  # as root it waits for bubblewrap, its child in the user namespace
+            launched = int(Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()[0])
             assert Path(f"/proc/{launched}/comm").read_text().strip() == "bwrap"
+            assert os.readlink(f"/proc/{launched}/ns/user") != os.readlink("/proc/self/ns/user")
             slot_net = os.readlink(f"/proc/self/fd/{box._fds['net']}")
             tag = marker()
             runner = threading.Thread(target=box.exec, args=(f"sleep {tag}",), kwargs={"timeout": 5})

@@ -12,6 +12,7 @@ import pytest
 from docker.errors import NotFound
 
 from contract_backends.docker import IMAGE, REPO, make_backend
+from host_knobs import knob_writes
 from hermes_core.sandbox import SandboxError, SandboxSettings
 from hermes_core.sandbox.docker import LABEL_OWNER, LABEL_RUN, LABEL_SESSION, SANDBOX_USER, DockerBackend, owner_label
 
@@ -60,6 +61,15 @@ def test_tool_files_belong_to_the_sandbox_user(tmp_path, opened):
     with pytest.raises(SandboxError, match="directory"):
         sandbox.write_file("deep", b"would replace a folder")
     assert sandbox.exec("test -d deep/er").exit_code == 0
+
+
+def test_host_kernel_settings_are_not_writable(tmp_path, opened):
+    """Commands run as 65534 with no capability, /proc/sys read-only (the engine's default)."""
+    writes, knobs = knob_writes()
+    sandbox = make_backend(tmp_path).open("knobs", IMAGE)
+    opened.append(sandbox)
+    out = sandbox.exec(f"{writes}; id -u").output
+    assert "WROTE" not in out and out.endswith("65534\n") and out.count("Read-only file system") == knobs
 
 
 def test_output_is_capped(tmp_path, opened):
