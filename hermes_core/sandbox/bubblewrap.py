@@ -22,7 +22,6 @@ import posixpath
 import re
 import secrets
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
 from hermes_core.sandbox.cwd import checked_cwd
+from hermes_core.sandbox.identity import ID_COUNT, LAYER, NO_LAUNCHER, host_ids, layer_mount_point
 from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
@@ -46,10 +46,6 @@ from hermes_core.sandbox.trees import remove_tree
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
 ETC_COPY_PREFIX = ".etc-"  # what earlier versions kept beside the sessions: reaped
-NO_LAUNCHER = ("as root, the local backend needs its launcher, which is built with a C compiler: install one "
-               "(e.g. apt-get install gcc), or run as another user")
-ID_COUNT = 65536
-LAYER = Path("/run/hermes-foundry/layer")  # where each session's writable tmpfs is, in its own mount namespace  # ids 0..65535 inside the sandbox, mapped to settings.host_uid and up
 FILE_TIMEOUT_S = 60.0
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
@@ -65,29 +61,6 @@ def image_dir_name(image: str) -> str:
 
 def _tag(state_root: Path) -> str:
     return hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:8]
-
-
-def _layer_mount_point() -> None:
-    """LAYER, made once: root's own folder (each session mounts its tmpfs there in its own namespace)."""
-    try:
-        LAYER.mkdir(mode=0o755, parents=True, exist_ok=True)
-        info = LAYER.lstat()
-    except OSError as exc:
-        raise SandboxError(f"cannot make the sandboxes' mount point {LAYER}: {exc}") from exc
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
-        raise SandboxError(f"{LAYER} must be a folder owned by root that only root may write; remove it")
-
-
-def host_ids(settings: SandboxSettings) -> int | None:
-    """The first host uid (and gid) of the sandbox's user namespace: its root is that unprivileged id,
-    so a command has no power over the host as root (kernel settings, root-owned files, keyrings).
-    None when not running as root: bubblewrap then maps the invoking user, who has no more power."""
-    if os.geteuid() != 0:
-        return None
-    if not 0 < settings.host_uid <= 2**32 - 2 - ID_COUNT:
-        raise SandboxError(f"HERMES_SANDBOX_HOST_UID={settings.host_uid} must be a host uid from 1 to "
-                           f"{2**32 - 2 - ID_COUNT} (the sandbox's ids 0..{ID_COUNT - 1} are mapped from it up)")
-    return settings.host_uid
 
 
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
@@ -144,7 +117,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         never a host folder, so no host path shows in the sandbox's mountinfo. With an image, it holds
         the overlay `root` of `rootfs` (its files shifted to the sandbox's ids by an idmapped mount).
         Made by the exec server's launcher as it starts (no process of its own), else by _pin_layer."""
-        _layer_mount_point()
+        layer_mount_point()
         self._layer, self._rootfs = ["--layer", str(LAYER), self._disk, *(["--image", str(rootfs)] if rootfs else [])], rootfs
         return LAYER
 

@@ -181,7 +181,7 @@ def _ignore_errors(func, *args, **kwargs) -> None:  # type: ignore[no-untyped-de
     """A best effort: if it fails, what it was for fails next and is reported then."""
     try:
         func(*args, **kwargs)
-    except (OSError, ValueError, NotImplementedError):  # ValueError: chmod refusing a link
+    except (OSError, ValueError, NotImplementedError):  # chmod of a link: NotImplementedError on Linux
         pass
 
 
