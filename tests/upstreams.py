@@ -1,11 +1,13 @@
-"""Misbehaving model endpoints on 127.0.0.1, for the fail-fast tests: one that refuses every API key
-(401, as OpenAI words it) and one that accepts chat completions and never answers. Each counts the
-requests that reached it."""
+"""Misbehaving model endpoints on 127.0.0.1: one that refuses every API key (401, as OpenAI words it),
+one that accepts chat completions and never answers (the fail-fast tests), and an attacker that
+sends the tool calls a test chooses. Each counts the requests that reached it."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Iterator
+import json
+import re
+from typing import Callable, Iterator
 
 import pytest
 from starlette.applications import Starlette
@@ -58,6 +60,46 @@ def hung_app(hits: list[str], release: asyncio.Event) -> Starlette:
         return JSONResponse({"error": {"message": "shutting down"}}, status_code=503)
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", hang, methods=["POST"])])
+
+
+def attacker_app(hits: list[str], calls: dict[str, tuple[str, dict]]) -> Starlette:
+    """A model that answers a conversation whose first user message names `[attack=NAME]` with the
+    tool call calls[NAME] (tool name, arguments), and once a tool answered, with a final answer."""
+    def reply(message: dict, finish: str) -> JSONResponse:
+        return JSONResponse({"id": "chatcmpl-attack", "object": "chat.completion", "created": 0, "model": "attacker",
+                             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    async def models(request: Request) -> Response:
+        hits.append(request.url.path)
+        return JSONResponse({"object": "list", "data": [{"id": "attacker", "object": "model"}]})
+
+    async def complete(request: Request) -> Response:
+        hits.append(request.url.path)
+        messages = (await request.json())["messages"]
+        first = next(message["content"] for message in messages if message["role"] == "user")
+        name = re.search(r"\[attack=([\w-]+)\]", first if isinstance(first, str) else json.dumps(first))
+        if any(message["role"] == "tool" for message in messages) or name is None:
+            return reply({"role": "assistant", "content": "Done.", "reasoning_content": "It ran."}, "stop")
+        tool, arguments = calls[name.group(1)]
+        call = {"id": f"call_{name.group(1)}", "type": "function",
+                "function": {"name": tool, "arguments": json.dumps(arguments)}}
+        return reply({"role": "assistant", "content": "", "reasoning_content": "Run it.", "tool_calls": [call]},
+                     "tool_calls")
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+def attacker(calls: dict[str, tuple[str, dict]]) -> Callable[[], Iterator[Upstream]]:
+    """A fixture serving attacker_app(calls)."""
+    @pytest.fixture()
+    def fixture() -> Iterator[Upstream]:
+        hits: list[str] = []
+        upstream = _serve(attacker_app(hits, calls), hits, "attacker")
+        yield upstream
+        upstream.server.stop()
+
+    return fixture
 
 
 @pytest.fixture()

@@ -71,21 +71,30 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 def kill_process_group(pgid: int, leader: subprocess.Popen | None = None, grace: float = KILL_GRACE_S) -> None:
     """SIGTERM every process of the group, then SIGKILL whatever is still alive after `grace`."""
-    if _signal_group(pgid, signal.SIGTERM):
-        _signal_group(pgid, signal.SIGCONT)  # stopped processes only act on SIGTERM once resumed
-        deadline = time.monotonic() + grace
-        while group_alive(pgid):
-            if leader is not None:
-                leader.poll()  # reap the leader: without /proc, its zombie would count as alive
-            if time.monotonic() >= deadline:
-                _signal_group(pgid, signal.SIGKILL)
-                break
-            time.sleep(0.05)
+    stop_groups([pgid], leader, grace)
     if leader is not None:
         try:
             leader.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
+
+
+def stop_groups(pgids: list[int], leader: subprocess.Popen | None = None, grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM the groups, then SIGKILL what is still alive after `grace`. The grace matters: a
+    runtime leading a group (apptainer) removes its cgroups on SIGTERM, never on SIGKILL."""
+    signalled = [pgid for pgid in pgids if _signal_group(pgid, signal.SIGTERM)]
+    for pgid in signalled:
+        _signal_group(pgid, signal.SIGCONT)  # stopped processes only act on SIGTERM once resumed
+    deadline = time.monotonic() + grace
+    while signalled:
+        if leader is not None:
+            leader.poll()  # reap the leader: without /proc, its zombie would count as alive
+        signalled = [pgid for pgid in signalled if group_alive(pgid)]
+        if signalled and time.monotonic() >= deadline:
+            for pgid in signalled:
+                _signal_group(pgid, signal.SIGKILL)
+            break
+        time.sleep(0.05 if signalled else 0)
 
 
 def shell_exit_code(returncode: int) -> int:
@@ -230,7 +239,7 @@ class BackgroundJobs:
             self._running.add(pgid)
             closing = self.closed
         if closing:  # close() began while this command was starting
-            _kill_group_now(pgid)
+            stop_groups([pgid])
 
     def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
               pass_fds: tuple[int, ...] = (), pty: bool = False) -> int:
@@ -308,8 +317,7 @@ class BackgroundJobs:
         """Kill the `exec` commands running now (their calls return as killed); background jobs stay."""
         with self._lock:
             running = list(self._running)
-        for pgid in running:
-            _kill_group_now(pgid)
+        stop_groups(running)
 
     def kill_all(self, wait_s: float = 10.0) -> None:
         """Refuse new commands; kill running `exec` commands (waiting until they have returned),
@@ -320,8 +328,7 @@ class BackgroundJobs:
         while True:
             with self._lock:
                 running, inflight = list(self._running), self._inflight
-            for pgid in running:
-                _kill_group_now(pgid)
+            stop_groups(running)
             if not inflight or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
@@ -338,13 +345,6 @@ def _close_quietly(stream: BinaryIO) -> None:
     try:
         stream.close()
     except OSError:  # a pipe whose reader is gone
-        pass
-
-
-def _kill_group_now(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
         pass
 
 
