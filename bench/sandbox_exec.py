@@ -89,7 +89,7 @@ def main() -> None:
                 goal = f"target ≤ {target:.0f} ms" if target else "no target (kernel- and CPU-bound)"
                 print(f"{threads:>2} at once: median {median:6.2f} ms, p90 {p90:6.2f} ms, {rate:6.0f} commands/s, "
                       f"CPU {cpu:5.2f} ms per command ({goal})")
-            wall, cpu = open_close(backend, 40)
+            wall, cpu = open_close(backend, 200)
             print(f"open + 1 command + close: {wall:.2f} ms wall, {cpu:.2f} ms CPU")
         finally:
             backend.close()

@@ -7,10 +7,12 @@ network namespace per session (loopback only, so a background server is reachabl
 commands) unless `settings.network`. Without the server's binary, each command is a bubblewrap of
 its own with the same layout.
 
-Without an image the root is the host's system folders read-only (host_root.py), a private /tmp
-and the working directory. With an image the root is an overlay of its prepared root filesystem and
-a per-session upper folder, mounted in a mount namespace that only an fd of this process holds: no
-host mount ever exists, and a crash (even kill -9) frees it. Files are read and written through the
+As root, commands run as root of a user namespace whose ids are unprivileged on the host
+(identity.py), and the writable space is one size-capped tmpfs (the disk quota) in a mount namespace
+that only an fd of this process holds: no host mount ever exists, and a crash (even kill -9) frees
+it. Without an image the root is the host's system folders read-only (host_root.py), with /tmp and
+the working directory on that tmpfs; with an image the root is an overlay of its prepared root
+filesystem (mounted idmapped) and an upper layer on it. Files are read and written through the
 sandbox itself, so tools see exactly what commands see.
 """
 
@@ -40,7 +42,9 @@ from hermes_core.sandbox.identity import ID_COUNT, LAYER, NO_LAUNCHER, host_ids,
 from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (DEFAULT_PATH, BackgroundJobs, BackgroundJobsMixin, orphaned, owner_alive, owner_record, pin_namespace, sanitized_env, shell_exit_code, write_owner)
+from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
+from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, owner_record, pin_namespace,
+                                           sanitized_env, shell_exit_code, write_owner)
 from hermes_core.sandbox.trees import remove_tree
 
 BWRAP = shutil.which("bwrap")

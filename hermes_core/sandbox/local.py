@@ -17,7 +17,8 @@ from pathlib import Path
 from hermes_core.sandbox.base import (MAX_READ_BYTES, ExecResult, Sandbox, SandboxBackend, SandboxError,
                                       SandboxSettings, read_host_file)
 from hermes_core.sandbox.cwd import checked_cwd
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, orphaned, sanitized_env, shell_argv, write_owner)
+from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
+from hermes_core.sandbox.processes import orphaned, sanitized_env, shell_argv, write_owner
 from hermes_core.sandbox.trees import remove_tree
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"

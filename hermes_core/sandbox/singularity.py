@@ -29,7 +29,8 @@ from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_SCRIPT, ExecResult, S
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
-from hermes_core.sandbox.processes import (BackgroundJobs, BackgroundJobsMixin, group_alive, kill_process_group, orphaned, sanitized_env, write_owner)
+from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
+from hermes_core.sandbox.processes import group_alive, kill_process_group, orphaned, sanitized_env, write_owner
 from hermes_core.sandbox.trees import remove_tree
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
