@@ -5,6 +5,7 @@ import queue
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import NoReturn
 
 import dagster as dg
 
@@ -14,8 +15,10 @@ from hermes_core.batch.ledger import BatchPlan
 from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.progress import Progress
-from hermes_core.batch.recipe import Recipe, run_dir
+from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_core.batch.stopping import graceful_signals
+from hermes_core.batch.writer_lock import RunBusy
+from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error
 from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
@@ -115,32 +118,37 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 finished.put(None)
 
         worker = threading.Thread(target=work, name=f"{run}-batches", daemon=True)
+        materialized: set[str] = set()
         # Ctrl-C (or the UI's terminate): in-flight samples finish first; a second one frees the slot and exits
         with graceful_signals(on_abort=lambda: abandon_run(context.instance, context.run)):
             worker.start()
             while (outcome := finished.get()) is not None:
                 if outcome.failed_retryable:
                     continue  # stays failed/missing in the UI: materializing it again is the resume
+                materialized.add(outcome.partition_key)
                 yield partition_materialization(context.instance, context.asset_key, outcome,
                                                 plan.get(outcome.partition_key), open_ledger(paths.raw), recipe,
                                                 dataset_sha256)
             worker.join()
         if progress:
             progress.finish()
+        unfinished = [key for key in context.partition_keys if key not in materialized]
+        if isinstance(result.get("error"), USER_ERRORS):  # nothing of these batches ran: say why on each
+            fail_batches(context, unfinished, str(result["error"]))
         if "error" in result:
             raise result["error"]  # type: ignore[misc]
         outcomes: dict[str, pipeline.BatchOutcome] = result["outcomes"]  # type: ignore[assignment]
-        if result["stopped"]:  # the unfinished batches stay unmaterialized: materializing them resumes
-            context.log.warning(f"stopped early: {result['stopped']}")
+        stopped = result["stopped"]
+        if stopped:  # the unfinished batches stay unmaterialized: materializing them resumes
+            context.log.warning(f"stopped early: {stopped}")
             # The run still succeeds (what it finished is saved); the Runs page shows and filters this tag.
-            context.instance.add_run_tags(context.run.run_id, {STOPPED_TAG: str(result["stopped"])})
+            context.instance.add_run_tags(context.run.run_id, {STOPPED_TAG: str(stopped)})
         failed = {k: o.failed_retryable for k, o in outcomes.items() if o.failed_retryable}
         if failed:
-            raise dg.Failure(
-                description=f"{sum(failed.values())} sample(s) failed with retryable errors in {len(failed)} "
-                "batch(es); their successes are saved. Materialize the failed partitions again to resume.",
-                metadata={"failed_batches": dg.MetadataValue.json(failed)},
-            )
+            why = f"{stopped}. " if is_config_error(stopped) else ""  # the endpoint's fault first, not a count
+            fail_batches(context, unfinished, f"{why}{sum(failed.values())} sample(s) failed with retryable errors in "
+                         f"{len(failed)} batch(es); their successes are saved. Materialize the failed partitions "
+                         "again to resume.", {"failed_batches": dg.MetadataValue.json(failed)})
 
     # Both read the dataset's current sample set too (prompt order, pending counts): a dataset change
     # makes them stale at once, not only after the batches ran.
@@ -178,3 +186,18 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         })
 
     return [dataset_file, prompts, toolset_assignments, raw_trajectories, filtered_trajectories, statistics]
+
+
+# What stops a batch run before its samples run, through no fault of the code: the message says it all.
+USER_ERRORS = (EndpointConfigError, pipeline.PreflightError, RecipeError, RunBusy)
+
+
+def fail_batches(context: dg.AssetExecutionContext, partition_keys: list[str], reason: str,
+                 metadata: dict[str, dg.MetadataValue] | None = None) -> NoReturn:
+    """Fail the step with `reason` as its first line (not a nested cause), noted on each partition it
+    leaves unfinished (their pages list it); the partitions the run finished are materialized already,
+    so Dagster marks only these failed."""
+    for key in partition_keys:
+        context.log_event(dg.AssetObservation(context.asset_key, partition=key, description=reason,
+                                              metadata={"failed_in_run": context.run.run_id, "reason": reason}))
+    raise dg.Failure(description=reason, metadata=metadata or {})

@@ -269,6 +269,11 @@ def _run_partitions(
         if on_batch_done and not remaining[result["partition_key"]]:
             on_batch_done(outcome)
 
+    # Batches with nothing to run are reported first: a pre-flight below that fails (the endpoint is
+    # down) must not leave finished batches unreported, which Dagster would paint failed with the run.
+    for key in partition_keys:
+        if on_batch_done and not remaining[key]:
+            on_batch_done(outcomes[key])
     backend = sandbox_backend(recipe)
     reaped = backend.reap() if jobs else 0
     images: dict[str, list[int]] = {}  # image -> the dataset lines naming it, for the refusal message
@@ -286,9 +291,6 @@ def _run_partitions(
         preflight(endpoint)  # a wrong key, URL or model stops the run here, before anything is spent
     if on_start:
         on_start(len(jobs))
-    for key in partition_keys:
-        if on_batch_done and not remaining[key]:
-            on_batch_done(outcomes[key])
     check_budget()
     failure: WorkerFailed | None = None
     with backend:  # frees the sandbox slots it keeps between samples

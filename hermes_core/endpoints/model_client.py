@@ -25,9 +25,10 @@ from hermes_core.fileio import json_bytes, json_loads
 from hermes_core.endpoints.limiter import RequestLimiter
 
 RETRYABLE_STATUS = {408, 409, 429}
-# Every EndpointConfigError's message starts so: a sample's record keeps only the text of its error,
-# and the batch run recognises one by it (`is_config_error`).
+# Every EndpointConfigError's message starts with one of these: a sample's record keeps only the text of
+# its error, and the batch run recognises one by it (`is_config_error`).
 CONFIG_ERROR = "model endpoint misconfigured: "
+UNREACHABLE = "model endpoint unreachable: "
 KEY_HINT = "check the API key (--api_key, else $HERMES_API_KEY or $OPENAI_API_KEY)"
 URL_HINT = "check the base URL (--base_url, else $HERMES_BASE_URL or $OPENAI_BASE_URL) and that the server is running"
 
@@ -45,13 +46,22 @@ class EndpointConfigError(ModelError):
     """The endpoint refuses every request as configured (key, URL, model, credits) or cannot be
     reached: no retry and no other sample can succeed, so it is never retried and stops a batch run."""
 
+    prefix = CONFIG_ERROR
+
     def __init__(self, problem: str, hint: str, status: int | None = None):
-        super().__init__(f"{CONFIG_ERROR}{problem.rstrip('. ')}; {hint}", status=status, retryable=False)
+        super().__init__(f"{self.prefix}{problem.rstrip('. ')}; {hint}", status=status, retryable=False)
+
+
+class EndpointUnreachable(EndpointConfigError):
+    """Nothing answers at the endpoint's address (the server is down, or the host or port is wrong):
+    until it is back, every sample would fail the same way. Not a configuration error as such."""
+
+    prefix = UNREACHABLE
 
 
 def is_config_error(error: str | None) -> bool:
-    """Whether a recorded error text is an EndpointConfigError's."""
-    return bool(error) and error.startswith(CONFIG_ERROR)  # type: ignore[union-attr]
+    """Whether a recorded error text is an EndpointConfigError's (misconfigured or unreachable)."""
+    return bool(error) and error.startswith((CONFIG_ERROR, UNREACHABLE))  # type: ignore[union-attr]
 
 
 def _status_hint(status: int, endpoint: Endpoint) -> str | None:
@@ -76,14 +86,15 @@ class Completion:
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)  # retried like 5xx, except these:
-# the URL cannot be requested, or nothing listens there: configuration, not a passing fault.
-UNREACHABLE_ERRORS = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError, aiohttp.ClientConnectorError)
+BAD_URL_ERRORS = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)  # the URL cannot be requested at all
+UNREACHABLE_ERRORS = (*BAD_URL_ERRORS, aiohttp.ClientConnectorError)  # or nothing listens there: not a passing fault
 
 
 def _transport_error(exc: BaseException, url: str, timeout_s: float) -> ModelError:
     """A failed request that got no HTTP answer, as a ModelError saying why."""
     if isinstance(exc, UNREACHABLE_ERRORS):
-        return EndpointConfigError(f"cannot connect to {url} ({type(exc).__name__}: {exc})", URL_HINT)
+        error = EndpointConfigError if isinstance(exc, BAD_URL_ERRORS) else EndpointUnreachable
+        return error(f"cannot connect to {url} ({type(exc).__name__}: {exc})", URL_HINT)
     if isinstance(exc, asyncio.TimeoutError):  # aiohttp's read and connect timeouts are TimeoutErrors too
         return ModelError(f"no answer from {url} within {timeout_s:g} s (--request_timeout)", retryable=True)
     return ModelError(f"{type(exc).__name__}: {exc}", retryable=True)
@@ -271,7 +282,7 @@ class ModelClient:
             return
         except TRANSPORT_ERRORS as exc:
             error = _transport_error(exc, url, self._read_timeout())
-            raise error if isinstance(error, EndpointConfigError) else EndpointConfigError(
+            raise error if isinstance(error, EndpointConfigError) else EndpointUnreachable(
                 str(error), "check that the server is up and answering, or raise --request_timeout") from exc
 
     def _read_timeout(self) -> float:

@@ -393,9 +393,10 @@ def test_a_hung_upstream_fails_the_sample_after_the_request_timeout(isolated_hom
     assert "most common failure (1 of 1 failed samples): no answer from" in capsys.readouterr().out
 
 
+# None: a port nothing listens on, "unreachable" and not "misconfigured": the same command works once it is up
 @pytest.mark.parametrize("url, says", [("htp://x", "expected http:// or https://"),
                                        ("http://127.0.0.1:0/v1", "port 0 cannot be connected to"),
-                                       (None, "cannot connect to")])  # None: a port nothing listens on
+                                       (None, "model endpoint unreachable: cannot connect to")])
 def test_a_bad_or_dead_url_is_refused_at_once(isolated_homes, capsys, url, says):
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS)
     started = time.monotonic()

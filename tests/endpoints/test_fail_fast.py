@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from hermes_core.asgi_thread import ThreadedServer, uvicorn_config
 from hermes_core.config import Endpoint
-from hermes_core.endpoints.model_client import EndpointConfigError, ModelClient, ModelError, is_config_error, preflight
+from hermes_core.endpoints.model_client import EndpointConfigError, EndpointUnreachable, ModelClient, ModelError, is_config_error, preflight
 from procs import free_port
 from upstreams import Upstream, hung_upstream, wrong_key_upstream  # noqa: F401  (fixtures)
 
@@ -53,8 +53,9 @@ def test_a_wrong_key_is_one_request_and_names_what_to_check(wrong_key_upstream: 
 
 def test_nothing_listening_is_refused_at_once_not_retried() -> None:
     endpoint = Endpoint(f"http://127.0.0.1:{free_port()}/v1", "k", "m", max_retries=5, backoff_base_s=5)
-    message, seconds = fails_with(EndpointConfigError, endpoint)
+    message, seconds = fails_with(EndpointUnreachable, endpoint)
     assert seconds < 3 and "cannot connect to" in message and "--base_url" in message
+    assert message.startswith("model endpoint unreachable: ") and is_config_error(message)  # it stops a run
 
 
 @pytest.mark.parametrize("url", ["htp://x", "http://127.0.0.1:0/v1", "http:///v1", "127.0.0.1:8000/v1",
