@@ -23,7 +23,7 @@ from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.slots import tag_run
 from hermes_assets.metadata import bar_chart, catalog
-from hermes_assets.versions import CODE_VERSIONS
+from hermes_assets.versions import CODE_VERSIONS, attribute_run
 
 COMPRESSION_ENV = "HERMES_COMPRESSION"
 ENDPOINT_KEYS = ("model", "base_url", "tokenizer")  # where to summarise/count, not how to compress
@@ -133,6 +133,7 @@ def build_compression_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsD
     def compressed_trajectories(context: dg.AssetExecutionContext, config: CompressionRunConfig,
                                 model_endpoint: ModelEndpointResource) -> dg.MaterializeResult:
         tag_run(context)
+        attribute_run(context, recipe, paths.root)
         overrides = {k: v for k, v in config.model_dump().items() if v is not None and k != "show_progress"}
         settings = validate_compression_settings({**base_settings, **overrides})
         compression = CompressionConfig.from_mapping({k: v for k, v in settings.items() if k not in ENDPOINT_KEYS})

@@ -10,7 +10,7 @@ import dagster as dg
 
 from hermes_core.exports import REPO_ENV
 from hermes_core.batch.recipe import Recipe, run_dir
-from hermes_assets.versions import CODE_VERSIONS
+from hermes_assets.versions import CODE_VERSIONS, attribute_run
 from hermes_assets.checks import refuse_if_blocked
 from hermes_assets.metadata import catalog
 
@@ -37,6 +37,7 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
     def hf_dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import hf
 
+        attribute_run(context, recipe, folder)
         refuse_if_blocked(context, run)
 
         result = hf.export_hf(folder)
@@ -58,6 +59,7 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
     def trl_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import trl
 
+        attribute_run(context, recipe, folder)
         refuse_if_blocked(context, run)
 
         result = trl.export_trl(folder)

@@ -23,8 +23,8 @@ from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe
 from hermes_assets.slots import abandon_run, tag_run
-from hermes_assets.versions import (CODE_VERSIONS, STOPPED_TAG, build_dataset_source, file_version, keys_version,
-                                    lineage_metadata, observe_dataset, partition_materialization,
+from hermes_assets.versions import (CODE_VERSIONS, STOPPED_TAG, attribute_run, build_dataset_source, file_version,
+                                    keys_version, lineage_metadata, observe_dataset, partition_materialization,
                                     planned_dataset_sha256)
 
 
@@ -50,6 +50,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
               "hashes the ordered sample keys.")
     def prompts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         adopt_recipe(data_root, recipe)  # a run declared in the runs file gets its folder and recipe here
+        attribute_run(context, recipe, paths.root)
         dataset = pipeline.load_prompts(recipe, paths)
         preview = "\n".join(
             f"| {s.prompt_index} | `{s.sample_key[:12]}` | {s.prompt[:80].replace('|', '/').replace(chr(10), ' ')} |"
@@ -70,6 +71,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
               code_version=CODE_VERSIONS["toolset_assignments"],
               description="Toolsets drawn per sample (seeded); batches planned.")
     def toolset_assignments(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        attribute_run(context, recipe, paths.root)
         assignments, new_batches = pipeline.assign_toolsets(recipe, paths)
         if new_batches:
             context.instance.add_dynamic_partitions(partitions.name, [batch.key for batch in new_batches])
@@ -97,6 +99,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         context: dg.AssetExecutionContext, config: RawTrajectoriesConfig, model_endpoint: ModelEndpointResource
     ):
         tag_run(context)
+        attribute_run(context, recipe, paths.root)
         endpoint = model_endpoint.endpoint(recipe.model, recipe.base_url)
         progress = (Progress(verbose=config.verbose, preview_chars=recipe.log_prefix_chars)
                     if config.show_progress else None)
@@ -155,7 +158,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     @dg.asset(**common, **catalog("output", "json"), deps=[raw_trajectories, prompts],
               code_version=CODE_VERSIONS["filtered_trajectories"],
               description="Kept trajectories merged in prompt order.")
-    def filtered_trajectories() -> dg.MaterializeResult:
+    def filtered_trajectories(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        attribute_run(context, recipe, paths.root)
         counts = pipeline.write_trajectories(paths)
         hf_loading.prefetch(paths.trajectories)  # the loads_with_hf_datasets check's load starts now
         return dg.MaterializeResult(data_version=file_version(paths.trajectories), metadata={
@@ -166,7 +170,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
     @dg.asset(**common, **catalog("output", "json"), deps=[filtered_trajectories, prompts],
               code_version=CODE_VERSIONS["statistics"],
               description="Whole-run statistics (SPEC §9).")
-    def statistics() -> dg.MaterializeResult:
+    def statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        attribute_run(context, recipe, paths.root)
         stats = pipeline.write_statistics(recipe, paths)
         tools = sorted(stats["tool_statistics"].items(), key=lambda item: -item[1]["count"])
         table = "\n".join(

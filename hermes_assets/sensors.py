@@ -34,7 +34,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_assets.compression_assets import recipe_compression
 from hermes_assets.run_assets import batches_partitions
-from hermes_assets.slots import HOST_TAG, PID_TAG, START_TAG, reap_dead_runs
+from hermes_assets.slots import HIDDEN, HOST_TAG, PID_TAG, START_TAG, reap_dead_runs
 from hermes_assets.versions import run_tags
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
@@ -44,7 +44,7 @@ INTERVAL_ENV = "HERMES_SENSOR_INTERVAL_S"
 DEFAULT_INTERVAL_S = 60
 BATCHES_INTERVAL_S = 15  # registering partitions is cheap: soon after rows are appended, the UI shows them
 CHAIN_INTERVAL_S = 5  # the sensor daemon's own loop: a refresh's next phase starts within seconds
-REFRESH_TAG = "hermes/refresh"  # on runs the dataset sensor and the refresh chain start
+REFRESH_TAG = f"{HIDDEN}refresh"  # on runs the dataset sensor and the refresh chain start (hidden in the UI)
 
 
 def _key(run: str, name: str) -> dg.AssetKey:

@@ -22,7 +22,9 @@ from dagster._core.storage.dagster_run import FINISHED_STATUSES, NOT_FINISHED_ST
 
 from hermes_core.sandbox.processes import owner_alive, process_start_time
 
-HOST_TAG, PID_TAG, START_TAG = "hermes/host", "hermes/pid", "hermes/pid_start"
+# Bookkeeping, not for filtering by hand: under Dagster's hidden prefix, so the UI does not list them.
+HIDDEN = ".dagster/hermes_"  # one "/" only: Dagster deprecates tag keys with more
+HOST_TAG, PID_TAG, START_TAG = f"{HIDDEN}host", f"{HIDDEN}pid", f"{HIDDEN}pid_start"
 POLL_S = 1.0
 
 

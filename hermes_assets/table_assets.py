@@ -18,6 +18,7 @@ from hermes_core.batch.code_versions import source_version
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_core.batch.sample_table import COLUMNS, TOOL_COLUMNS, sample_table
 from hermes_assets.metadata import catalog
+from hermes_assets.versions import attribute_run
 
 if TYPE_CHECKING:
     import pandas
@@ -65,7 +66,8 @@ def build_table_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinit
         "attempts, toolsets, tools offered, API calls, tokens, cost, one `tool_calls.<tool>` column per tool. "
         "statistics.json is summed from the same rows.",
     )
-    def samples() -> dg.Output:
+    def samples(context) -> dg.Output:  # no annotation: Dagster refuses the string this module's annotations are
+        attribute_run(context, recipe, folder)
         frame = sample_table(folder)
         # Its content is the version: a re-materialization over unchanged records keeps it.
         version = hashlib.sha256(frame.to_json(orient="split", default_handler=str).encode()).hexdigest()[:24]

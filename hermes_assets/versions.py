@@ -166,6 +166,19 @@ def run_tags(recipe: Recipe, dataset_sha256: str | None) -> dict[str, str]:
     return tags
 
 
+def attribute_run(context: dg.AssetExecutionContext, recipe: Recipe, folder: Path) -> None:
+    """Give the run executing a step of `recipe`'s assets the run's tags, whatever launched it: runs from
+    an asset page, "Materialize all" or a backfill run Dagster's hidden asset job with no tags of ours,
+    and the Runs page's `hermes/run` filter missed them."""
+    try:
+        sha256: str | None = planned_dataset_sha256(RunPaths(folder))
+    except (OSError, ValueError, KeyError):
+        sha256 = None  # before prompts first ran
+    wanted = run_tags(recipe, sha256)
+    if any(context.run.tags.get(key) != value for key, value in wanted.items()):
+        context.instance.add_run_tags(context.run.run_id, wanted)
+
+
 def partition_materialization(
     instance: dg.DagsterInstance, asset_key: dg.AssetKey, outcome: BatchOutcome, batch: Batch, ledger: Ledger,
     recipe: Recipe, dataset_sha256: str,

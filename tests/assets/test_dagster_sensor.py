@@ -13,8 +13,9 @@ import pytest
 from hermes_assets.cli import batch_main
 from hermes_assets.definitions import build_definitions
 from hermes_assets.resources import ModelEndpointResource
+from hermes_assets.slots import PID_TAG
 from hermes_assets.sensors import (
-    build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
+    REFRESH_TAG, build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
 )
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe
@@ -142,9 +143,9 @@ def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url
     planned = daemon.execute(plan)
     batches = daemon.follow(planned)  # at once, not at the dataset sensor's next tick
     assert batches.job_name == raw_job_name("t1") and batches.run_key == f"after:{planned.run_id}"
-    assert batches.tags["hermes/run"] == "t1" and "hermes/pid" not in batches.tags
+    assert batches.tags["hermes/run"] == "t1" and PID_TAG not in batches.tags
     (due,), _ = daemon.tick()  # the dataset sensor sees the same phase due, for the same refresh state ...
-    assert due.tags["hermes/refresh"] == batches.tags["hermes/refresh"]
+    assert due.tags[REFRESH_TAG] == batches.tags[REFRESH_TAG]
     queued = daemon.instance.create_run_for_job(daemon.defs.resolve_job_def(due.job_name), tags=due.tags)
     assert isinstance(daemon.follow(planned), dg.SkipReason)  # ... so once one of them has a run, the other skips
     daemon.instance.delete_run(queued.run_id)
@@ -154,7 +155,7 @@ def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url
     assert daemon.execute(final).success
     assert daemon.tick()[0] == []
     cli_run = daemon.instance.get_runs(filters=dg.RunsFilter(tags={"hermes/run": "t1"}))[-1]
-    assert "hermes/refresh" not in cli_run.tags  # the chain leaves runs it did not start alone
+    assert REFRESH_TAG not in cli_run.tags  # the chain leaves runs it did not start alone
     assert len(ledger(data_root() / "t1")) == 5
 
 

@@ -2,7 +2,9 @@
 after appending rows failed every partition of the run's range, finished batches with data included,
 and named the cause only in a nested error. Now the finished partitions keep their state and data
 version, the new ones fail with "model endpoint unreachable" as the step's first line and on their
-own pages, and once the endpoint is back the next "Materialize all" sends exactly the new samples."""
+own pages, and once the endpoint is back the next "Materialize all" sends exactly the new samples.
+And (item 2) every run of it, from a backfill or an asset page, is found by its `hermes/run` tag,
+with no bookkeeping tag of ours on show."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
 from hermes_core.endpoints.simulated import SimulatedModelServer
 from batch_runs import write_dataset
-from dagster_ui import SharedDev, graphql, reload_location
+from dagster_ui import LOCATION, REPOSITORY, SharedDev, graphql, reload_location
 
 RUN = "outage"
 GROUP = ["prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories", "statistics", "samples"]
@@ -24,6 +26,9 @@ BACKFILL = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(back
 PARTITIONS = """query($s: AssetKeyInput!) { assetNodeOrError(assetKey: $s) { ... on AssetNode { partitionKeys } } }"""
 STEP_FAILURES = """query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection { events {
   __typename ... on ExecutionStepFailureEvent { stepKey error { message } } } } } } }"""
+RUNS = """query($f: RunsFilter!) { runsOrError(filter: $f) { ... on Runs { results { runId tags { key value } } } } }"""
+LAUNCH_ASSETS = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on Error { message } } }"""
 OBSERVATIONS = """query($k: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $k) { ... on Asset {
   assetObservations(partitions: $p) { partition description } } } }"""
 RAW = dg.AssetKey([RUN, "raw_trajectories"])
@@ -99,8 +104,28 @@ def test_an_outage_fails_only_the_new_batches_and_says_the_endpoint_is_unreachab
     assert all(o["description"].startswith(unreachable) for o in observed), observed
 
     with SimulatedModelServer(port=port_of_model) as endpoint:  # back, at the same address
-        assert materialize_all(port, instance).status.value == "COMPLETED_SUCCESS"
+        again = materialize_all(port, instance)
+        assert again.status.value == "COMPLETED_SUCCESS"
         assert endpoint.log.requests == 6  # the 3 new rows, 2 calls each; the finished batches sent nothing
     assert set(statuses(instance, everything).values()) == {"MATERIALIZED"}
     stats = json.loads((data_root() / RUN / "statistics.json").read_text())
     assert stats["counts"]["kept"] == 9 and stats["counts"]["pending"] == 0
+
+    # An asset page's "Materialize" runs Dagster's hidden asset job, launched with no tags of ours.
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": "__ASSET_JOB",
+                           "assetSelection": [{"path": [RUN, "prompts"]}]}, "runConfigData": {}}
+    launched = graphql(port, LAUNCH_ASSETS, {"p": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    deadline = time.monotonic() + 60
+    while not instance.get_run_by_id(launched["run"]["runId"]).is_finished:
+        assert time.monotonic() < deadline, "the asset page's run did not finish within 60 s"
+        time.sleep(1)
+    tagged = graphql(port, RUNS, {"f": {"tags": [{"key": "hermes/run", "value": RUN}]}})["runsOrError"]["results"]
+    launched_ids = {record.dagster_run.run_id for done_backfill in (backfill, again) for record in
+                    instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": done_backfill.backfill_id}))}
+    assert len(launched_ids) >= 4  # each backfill: at least planning and the batches
+    launched_ids.add(launched["run"]["runId"])
+    assert launched_ids <= {run["runId"] for run in tagged}  # every one of them found by its run's name
+    shown = {tag["key"] for run in tagged for tag in run["tags"]}
+    assert {"hermes/model", "hermes/distribution", "hermes/dataset_sha256"} <= shown
+    assert not [key for key in shown if "pid" in key or "refresh" in key or key.startswith(".")]

@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_assets.cli import batch_main
+from hermes_assets.sensors import REFRESH_TAG
 from hermes_core.config import data_root
 from hermes_core.endpoints.simulated import SimulatedModelServer
 from batch_runs import write_dataset
@@ -42,7 +43,7 @@ def runs_of(instance: dg.DagsterInstance, run: str, since: float) -> list[dg.Dag
 
 def finished_refresh(instance: dg.DagsterInstance, since: float) -> list[dg.DagsterRun] | None:
     """The refresh's runs once its final-assets run ended, else None."""
-    runs = [r for r in runs_of(instance, "ui", since) if "hermes/refresh" in r.tags]
+    runs = [r for r in runs_of(instance, "ui", since) if REFRESH_TAG in r.tags]
     return runs if any(r.job_name == "ui__finalize_job" and r.is_finished for r in runs) else None
 
 
@@ -82,7 +83,7 @@ def refresh_by_the_dataset_sensor(port: int, sim_server, dataset: Path) -> None:
     assert started["sensorState"]["status"] == "RUNNING", started
     try:
         time.sleep(7)  # a tick of the up-to-date run: it requests nothing
-        assert [r for r in runs_of(instance, "ui", 0) if "hermes/refresh" in r.tags] == []
+        assert [r for r in runs_of(instance, "ui", 0) if REFRESH_TAG in r.tags] == []
         sent, appended_at = sim_server.log.requests, time.time()
         with open(dataset, "a") as handle:
             handle.writelines(json.dumps({"prompt": f"Run a command that prints new {i}"}) + "\n" for i in range(7))
@@ -95,7 +96,7 @@ def refresh_by_the_dataset_sensor(port: int, sim_server, dataset: Path) -> None:
         print(f"appended -> fresh statistics: {time.time() - appended_at:.0f} s (sensor interval 5 s)")
         after = asset_states(port, "ui", "prompts", "statistics")
         time.sleep(7)  # another tick: nothing left to do, nothing requested
-        assert len([r for r in runs_of(instance, "ui", appended_at) if "hermes/refresh" in r.tags]) == len(runs)
+        assert len([r for r in runs_of(instance, "ui", appended_at) if REFRESH_TAG in r.tags]) == len(runs)
         assert sim_server.log.requests - sent == 14  # 7 samples x 2 model calls, nothing paid twice
     finally:
         graphql(port, STOP, {"id": started["id"]})  # off again, also for the next tests of the shared dev
