@@ -105,6 +105,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                     if config.show_progress else None)
         finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
         plan, dataset_sha256 = BatchPlan(paths.batches), planned_dataset_sha256(paths)
+        current = {sample.sample_key for sample in pipeline.read_samples(paths)}  # the dataset as loaded now
         result: dict[str, object] = {}
 
         def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
@@ -131,7 +132,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 materialized.add(outcome.partition_key)
                 yield partition_materialization(context.instance, context.asset_key, outcome,
                                                 plan.get(outcome.partition_key), open_ledger(paths.raw), recipe,
-                                                dataset_sha256)
+                                                dataset_sha256, current)
             worker.join()
         if progress:
             progress.finish()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,22 +105,25 @@ def partition_version(ledger: Ledger, batch: Batch) -> dg.DataVersion:
     return dg.DataVersion(_digest(_member_state(k, ledger.latest.get(k)) for k in batch.members))
 
 
-def partition_state(ledger: Ledger, batch: Batch) -> dict[str, Any]:
-    """The partition as the ledger holds it: its members' latest records counted by disposition, and
-    the tokens and cost of those records (whatever invocation wrote them)."""
-    records = [ledger.latest[k] for k in batch.members if k in ledger.latest]
-    dispositions = [r["disposition"] for r in records]
-    costs = [r["cost_usd"] for r in records if r.get("cost_usd") is not None]
+def partition_state(ledger: Ledger, batch: Batch, current: Collection[str]) -> dict[str, Any]:
+    """The partition as the ledger holds it, for its members still in the dataset (`current`, the
+    sample keys as loaded now): their latest records counted by disposition, and what every attempt
+    of them cost, as statistics.json and the per-sample table count them. Members whose rows were
+    since deleted or edited are `orphaned`, counted apart."""
+    members = [key for key in batch.members if key in current]
+    dispositions = [ledger.latest[key]["disposition"] for key in members if key in ledger.latest]
+    spend = ledger.spent_on(members)
     return {
-        "members": len(batch.members),
+        "members": len(members),
         "kept": dispositions.count(Disposition.KEPT),
         "discarded": sum(d.startswith("discarded") for d in dispositions),
         "failed_terminal": dispositions.count(Disposition.FAILED_TERMINAL),
         "failed_retryable": dispositions.count(Disposition.FAILED_RETRYABLE),
-        "pending": len(batch.members) - sum(d in Disposition.FINAL for d in dispositions),
-        "api_calls": sum(r.get("api_calls", 0) for r in records),
-        "total_tokens": sum((r.get("usage") or {}).get("total_tokens", 0) for r in records),
-        "cost_usd": round(sum(costs), 6) if costs else 0.0,
+        "pending": len(members) - sum(d in Disposition.FINAL for d in dispositions),
+        "orphaned": len(batch.members) - len(members),
+        "api_calls": spend["api_calls"],
+        "total_tokens": spend["total_tokens"],
+        "cost_usd": round(spend["cost_usd"], 6),
     }
 
 
@@ -181,14 +184,14 @@ def attribute_run(context: dg.AssetExecutionContext, recipe: Recipe, folder: Pat
 
 def partition_materialization(
     instance: dg.DagsterInstance, asset_key: dg.AssetKey, outcome: BatchOutcome, batch: Batch, ledger: Ledger,
-    recipe: Recipe, dataset_sha256: str,
+    recipe: Recipe, dataset_sha256: str, current: Collection[str],
 ) -> dg.AssetMaterialization:
     """A finished `raw_trajectories` partition: its state from the ledger (so a no-op re-run still shows
     what it holds), what this invocation did, its lineage, and its data version from its records."""
     upstream = dg.AssetKey([*asset_key.path[:-1], "toolset_assignments"])
     code_version = CODE_VERSIONS["raw_trajectories"]
     metadata = {
-        **partition_state(ledger, batch),
+        **partition_state(ledger, batch, current),
         "samples_run": outcome.run, "samples_skipped": outcome.skipped,
         "api_calls_this_run": outcome.api_calls, "tokens_this_run": outcome.total_tokens,
         "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,

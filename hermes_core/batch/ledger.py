@@ -85,6 +85,21 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def empty_spend() -> dict[str, float]:
+    return {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+            "sandboxes_created": 0, "sandboxes_failed": 0, "cost_usd": 0.0}
+
+
+def add_spend(spend: dict[str, float], record: dict[str, Any]) -> None:
+    """Add what one attempt (a record or its summary) cost to `spend`."""
+    spend["api_calls"] += record.get("api_calls", 0)
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        spend[key] += (record.get("usage") or {}).get(key, 0)
+    spend["sandboxes_created"] += bool(record.get("sandbox_created"))
+    spend["sandboxes_failed"] += bool(record.get("sandbox_failed"))
+    spend["cost_usd"] += record.get("cost_usd") or 0.0
+
+
 class Ledger:
     """Records of one run's samples, across all partitions and all past invocations.
 
@@ -108,8 +123,9 @@ class Ledger:
         self.failures: dict[str, int] = {}
         self.records_per_partition: dict[str, int] = {}  # attempts recorded in each raw/<partition>.jsonl
         # Spend counts every attempt ever made, superseded or not: it is what was paid for.
-        self.spent = {"api_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
-                      "sandboxes_created": 0, "sandboxes_failed": 0, "cost_usd": 0.0}
+        self.spent = empty_spend()
+        # A sample's spend is its latest summary's plus, for the few tried more than once, this.
+        self._superseded: dict[str, dict[str, float]] = {}
         self._read: dict[Path, tuple[int, int, int]] = {}  # file -> (inode, bytes and lines of whole lines parsed)
 
     def refresh(self) -> "Ledger":
@@ -148,6 +164,11 @@ class Ledger:
         # recorded, the record read later does.
         if known is None or record.get("attempt", 0) >= known.get("attempt", 0):
             self._set_latest(record, where)
+            superseded = known
+        else:
+            superseded = record
+        if superseded is not None:
+            add_spend(self._superseded.setdefault(record["sample_key"], empty_spend()), superseded)
         self._count(record)
 
     def _set_latest(self, record: dict[str, Any], where: tuple[Any, int, int]) -> None:
@@ -158,14 +179,19 @@ class Ledger:
         """Count an attempt: its partition, its spend, its failure."""
         partition = record["partition_key"]
         self.records_per_partition[partition] = self.records_per_partition.get(partition, 0) + 1
-        self.spent["api_calls"] += record.get("api_calls", 0)
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            self.spent[key] += (record.get("usage") or {}).get(key, 0)
-        self.spent["sandboxes_created"] += bool(record.get("sandbox_created"))
-        self.spent["sandboxes_failed"] += bool(record.get("sandbox_failed"))
-        self.spent["cost_usd"] += record.get("cost_usd") or 0.0
+        add_spend(self.spent, record)
         if record["disposition"] in (Disposition.FAILED_RETRYABLE, Disposition.FAILED_TERMINAL):
             self.failures[record["sample_key"]] = self.failures.get(record["sample_key"], 0) + 1
+
+    def spent_on(self, sample_keys: Iterable[str]) -> dict[str, float]:
+        """What every attempt of these samples cost (keys without a record cost nothing)."""
+        total = empty_spend()
+        for key in sample_keys:
+            if (latest := self.latest.get(key)) is not None:
+                add_spend(total, latest)
+                for name, value in self._superseded.get(key, {}).items():
+                    total[name] += value
+        return total
 
     def is_done(self, sample_key: str) -> bool:
         record = self.latest.get(sample_key)

@@ -36,15 +36,16 @@ def sample_rows(assignments: Iterable[dict[str, Any]], ledger: Ledger,
     optionally `prompt_index`); `batch_of` the batch plan's member -> batch.
 
     A sample without a record has disposition None and zero counts. Spend (api calls, tokens, cost,
-    sandboxes) is the latest attempt's; `ledger.spent` also counts superseded attempts. `tool_stats`
-    is the row's `{tool: {count, success, failure}}` (the table spreads it into one column per tool)."""
+    sandboxes) is every attempt's of that sample, what it cost, so the rows sum to statistics.json's
+    spend. `tool_stats` is the row's `{tool: {count, success, failure}}` (the table spreads it into one
+    column per tool)."""
     rows = []
     batch_of = batch_of or {}
     for draw in assignments:
         key = draw["sample_key"]
         record = ledger.latest.get(key)
         batch = batch_of.get(key)
-        usage = (record or {}).get("usage") or {}
+        spend = ledger.spent_on((key,))
         with_row = bool(record and record["has_row"])
         turns = record["reasoning_turns"] if with_row else (0, 0)
         rows.append({
@@ -57,11 +58,11 @@ def sample_rows(assignments: Iterable[dict[str, Any]], ledger: Ledger,
             "attempts": (record.get("attempt") or max(ledger.attempts(key), 1)) if record else 0,
             "toolsets": draw["toolsets"],
             "toolsets_lost": (record or {}).get("toolsets_lost") or [],
-            "api_calls": (record or {}).get("api_calls", 0),
-            **{name: usage.get(name, 0) for name in ("prompt_tokens", "completion_tokens", "total_tokens")},
-            "cost_usd": (record or {}).get("cost_usd"),
-            "sandbox_created": int(bool((record or {}).get("sandbox_created"))),
-            "sandbox_failed": int(bool((record or {}).get("sandbox_failed"))),
+            "api_calls": spend["api_calls"],
+            **{name: spend[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            "cost_usd": None if (record or {}).get("cost_usd") is None else round(spend["cost_usd"], 6),
+            "sandbox_created": spend["sandboxes_created"],
+            "sandbox_failed": spend["sandboxes_failed"],
             "assistant_turns": turns[0],
             "turns_with_reasoning": turns[1],
             "error": (record or {}).get("error"),
@@ -83,8 +84,9 @@ def compute_statistics(
     sandbox_backend: str = "local",
 ) -> dict[str, Any]:
     """`sample_toolsets` maps every sample key of the dataset as loaded now to its drawn toolsets.
-    Counts are sums over `sample_rows`; spend (api calls, tokens, sandboxes) is `ledger.spent`: every
-    attempt ever paid for, which equals the rows' sums while each sample was tried once."""
+    Counts and spend (api calls, tokens, sandboxes: every attempt) are sums over `sample_rows`, the
+    dataset's samples. Samples of rows since deleted or edited are `orphaned`, with their own spend:
+    paid for, but not in this dataset nor in its outputs."""
     rows = sample_rows(({"sample_key": key, "toolsets": toolsets} for key, toolsets in sample_toolsets.items()), ledger)
     recorded = [row for row in rows if row["disposition"] is not None]
     counts = Counter(row["disposition"] for row in recorded)
@@ -97,6 +99,9 @@ def compute_statistics(
     turns = sum(row["assistant_turns"] for row in recorded)
     with_reasoning = sum(row["turns_with_reasoning"] for row in recorded)
     finished = sum(counts[d] for d in DISPOSITIONS if d != Disposition.FAILED_RETRYABLE)
+    spend = ledger.spent_on(sample_toolsets)  # = the rows' sums
+    orphans = [key for key in ledger.latest if key not in sample_toolsets]
+    orphaned = ledger.spent_on(orphans)
     return {
         "run_name": recipe.run_name,
         "distribution": recipe.distribution,
@@ -128,12 +133,14 @@ def compute_statistics(
         # Of the failed samples, most common first: the summary names the first.
         "failure_reasons": dict(Counter(_failure_reason(row["error"]) for row in recorded
                                         if row["disposition"] in FAILED).most_common(REASONS_KEPT)),
-        "api_calls": ledger.spent["api_calls"],
-        "usage": {k: ledger.spent[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "api_calls": spend["api_calls"],
+        "usage": {k: spend[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "orphaned": {"samples": len(orphans), "api_calls": orphaned["api_calls"],
+                     "total_tokens": orphaned["total_tokens"], "cost_usd": round(orphaned["cost_usd"], 6)},
         "sandbox": {
             "backend": sandbox_backend,
-            "created": ledger.spent["sandboxes_created"],  # every attempt's sandbox, not only the latest
-            "failed": ledger.spent["sandboxes_failed"],
+            "created": spend["sandboxes_created"],  # every attempt's sandbox, not only the latest
+            "failed": spend["sandboxes_failed"],
             "reaped_leftovers": reaped_leftovers,
         },
         "throughput": {"samples_per_min": round(60.0 * finished / duration_seconds, 2) if duration_seconds else 0.0},

@@ -170,3 +170,38 @@ def test_sensor_requests_carry_the_run_tags(isolated_homes):
         "hermes/run": "v2", "hermes/model": "hermes-sim", "hermes/distribution": "terminal_only",
         "hermes/dataset_sha256": sha}
     assert request.tags[REFRESH_TAG] == request.run_key  # bookkeeping, under Dagster's hidden prefix
+
+
+def test_counts_equal_the_dataset_after_rows_are_deleted_and_edited(isolated_homes, sim_server, monkeypatch):
+    """Issue 29, item 5: after rows were deleted or edited, statistics.json still counted the old samples'
+    API calls (34 against the per-sample table's 30) and a partition's `kept` a deleted row. Now all three
+    count the dataset as loaded now, and the samples of deleted or edited rows are `orphaned`, apart."""
+    root = data_root()
+    rows = [{"prompt": f"Run a command that prints {i}"} for i in range(6)]
+    dataset = write_dataset(isolated_homes / "d.jsonl", rows)
+    argv = [f"--dataset_file={dataset}", "--run_name=c1", f"--base_url={sim_server.base_url}", "--api_key=k",
+            "--distribution=terminal_only", "--batch_size=3"]
+    assert batch_main(argv) == 0
+    write_dataset(dataset, [{"prompt": "Run a command that prints 4, edited"} if i == 4 else row
+                            for i, row in enumerate(rows) if i != 0])  # row 0 deleted, row 4 edited
+    assert batch_main(argv) == 0
+    monkeypatch.setenv("HERMES_API_KEY", "k")
+    instance = dg.DagsterInstance.get()
+    partitions = sorted(instance.get_dynamic_partitions("c1__batches"))
+    assets = build_run_assets(load_recipe(root, "c1"), root)
+    for partition in partitions:  # "Materialize all": the finished batches again, as the UI does
+        assert dg.materialize(assets, selection=[key("raw_trajectories", "c1")], partition_key=partition,
+                              instance=instance, resources={"model_endpoint": ModelEndpointResource()}).success
+
+    stats = json.loads((root / "c1" / "statistics.json").read_text())
+    from hermes_core.batch.sample_table import sample_table  # pandas: only where the table is wanted
+    table = sample_table(root / "c1")
+    assert len(table) == stats["total_prompts"] == 5 and stats["counts"]["kept"] == 5
+    assert stats["api_calls"] == int(table["api_calls"].sum()) == 10  # 5 samples x 2 calls, nothing else
+    assert stats["usage"]["total_tokens"] == int(table["total_tokens"].sum())
+    assert stats["orphaned"]["samples"] == 2 and stats["orphaned"]["api_calls"] == 4  # deleted, edited
+    metadata = [{name: value.value for name, value in instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key("raw_trajectories", "c1"), asset_partitions=[partition]), limit=1,
+    ).records[0].asset_materialization.metadata.items()} for partition in partitions]
+    assert sum(m["kept"] for m in metadata) == 5 and sum(m["members"] for m in metadata) == 5
+    assert sum(m["api_calls"] for m in metadata) == 10 and sum(m["orphaned"] for m in metadata) == 2
