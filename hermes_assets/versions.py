@@ -50,7 +50,9 @@ def build_dataset_source(recipe: Recipe) -> dg.SourceAsset:
 
     @dg.observable_source_asset(
         key=dataset_asset_key(recipe.run_name), group_name=recipe.run_name, **source_catalog("input", "json"),
-        description=f"The dataset file {path}, versioned by the sha256 of its bytes.",
+        # The name only: a folder of this machine would make the definition differ from machine to machine.
+        description=f"The dataset file `{path.name}`, versioned by the sha256 of its bytes (its observations' "
+                    "`path` metadata is where it is).",
     )
     def dataset_file() -> dg.ObserveResult:
         if not path.is_file():

@@ -93,6 +93,7 @@ def test_every_asset_and_check_of_a_run_is_catalogued(isolated_homes, sim_url, m
         name = node.key.to_user_string()
         assert node.group_name == "ui_run", name
         assert node.description, name
+        assert str(isolated_homes) not in node.description, name  # no folder of this machine in a definition
         assert node.tags.get(STAGE_TAG) in STAGES, name
         assert 1 <= len(node.kinds) <= 3, name
         if node.is_materializable:  # a source asset's decorator takes no owners

@@ -99,6 +99,20 @@ def test_models_and_health(server: SimulatedModelServer, client: openai.OpenAI) 
     assert health.json() == {"status": "ok", "simulated": True}
 
 
+def test_sim_requests_counts_what_was_sent_as_the_readme_says() -> None:
+    with SimulatedModelServer() as fresh:
+        url = f"http://127.0.0.1:{fresh.port}/sim/requests"
+        assert httpx.get(url).json()["requests"] == 0
+        started = time.time()
+        for _ in range(2):  # the same sample twice: paid for twice
+            httpx.post(f"{fresh.base_url}/chat/completions",
+                       json={"model": MODEL_ID, "messages": [{"role": "user", "content": "Say hi"}]})
+        seen = httpx.get(url).json()
+        assert seen["requests"] == 2 and seen["sample_starts"] == {"Say hi": 2} and seen["max_in_flight"] == 1
+        assert started <= seen["first_at"] <= seen["last_at"]
+        assert httpx.get(url, params={"since": time.time() + 60}).json()["first_at"] is None  # none since then
+
+
 def test_tool_call_then_final_answer(client: openai.OpenAI) -> None:
     messages = user("Please run 'hi there' in the shell")
     first = ask(client, messages, [TERMINAL])
