@@ -4,6 +4,7 @@ the runs file is a failing `<run>/declaration` asset (declarations.py) instead o
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -20,6 +21,12 @@ from hermes_assets.run_assets import build_run_assets
 from hermes_assets.runs_file import resolve_runs
 from hermes_assets.sensors import build_run_jobs, build_run_sensors
 from hermes_assets.table_assets import build_table_assets
+
+
+# Observable sources and backfill policies are beta on purpose here; Dagster warned of them for every
+# run's group at every load, in the code server and in each run's process: hundreds of lines a day.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
 def build_definitions(

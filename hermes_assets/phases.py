@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -33,8 +32,6 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
                instance_files: list[Path]) -> int:
     """Plan, run the pending batches, finalize: each phase a run of the run's own job (launch.py).
     A clean end saves the run as settled (settled.py): the next command with nothing to do skips all this."""
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     run, paths = recipe.run_name, RunPaths(run_dir(root, recipe.run_name))
     defs = build_definitions(root, recipes=[recipe])  # the run's part of the code location
     config = run_config(args.verbose, endpoint.base_url, args.api_key, args.max_retries, args.max_concurrent_requests)

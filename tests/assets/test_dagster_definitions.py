@@ -107,3 +107,12 @@ def test_every_asset_and_check_of_a_run_is_catalogued(isolated_homes, sim_url, m
         assert spec.description, key
         assert spec.metadata[STAGE_TAG] in STAGES, key
         assert spec.metadata["owners"] == "team:auditors, me@example.com", key
+
+
+def test_loading_the_definitions_prints_no_beta_warnings(isolated_homes, sim_url):
+    """`dagster dev` printed 323 BetaWarning lines in 35 minutes: one per run's group at every load."""
+    save_run(data_root(), isolated_homes / "d.jsonl", sim_url)
+    code = "from hermes_assets.definitions import defs; defs().get_repository_def().get_all_jobs()"
+    done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "BetaWarning" not in done.stderr and "PreviewWarning" not in done.stderr, done.stderr
