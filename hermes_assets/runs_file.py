@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import reprlib
@@ -36,6 +37,7 @@ from hermes_assets.compression_assets import validate_compression_settings
 from hermes_assets.yaml_entries import YamlFileError, read_list, scalar_of
 
 from hermes_core.config import ledger_location
+from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import has_records
 from hermes_core.batch.recipe import (FINGERPRINT_FIELDS, Recipe, RecipeError, list_recipes, run_dir,
                                       save_recipe)
@@ -180,16 +182,33 @@ def _entry_problems(path: Path, number: int, entry: Any,
         return None, [RunsFileProblem(**at, field=_field_named(str(exc)), what=str(exc))]
 
 
-def read_runs_file(path: Path) -> tuple[list[Declared], list[RunsFileProblem]]:
+def read_runs_file(path: Path, last_good: Path | None = None) -> tuple[list[Declared], list[RunsFileProblem]]:
     """Every valid declared run, and every problem of the file (a whole-file problem has no entry).
     A bad entry costs only itself, its YAML included (hermes_assets.yaml_entries): the others are
-    still returned."""
+    still returned. With `last_good`, a copy of the file as it last parsed is kept there, and a file
+    that no longer parses at all (a syntax error outside every entry) declares what that copy does,
+    its problem reported beside them: the runs it declared never vanish from the UI meanwhile."""
     try:
-        entries = read_list(path.read_text(encoding="utf-8"), "runs", wrapper="runs")  # `runs: [...]` too
-    except YamlFileError as exc:  # one line, with the place: the UI shows it as the problem
-        return [], [RunsFileProblem(path, str(exc))]
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [], [RunsFileProblem(path, f"cannot read the runs file: {exc}")]
+    try:
+        entries = read_list(text, "runs", wrapper="runs")  # `runs: [...]` too
+    except YamlFileError as exc:  # one line, with the place: the UI shows it as the problem
+        try:
+            entries = read_list(last_good.read_text(encoding="utf-8"), "runs", wrapper="runs") if last_good else None
+        except (OSError, UnicodeDecodeError, YamlFileError):
+            entries = None
+        if entries is None:
+            return [], [RunsFileProblem(path, str(exc))]
+        return _declared(path, entries)[0], [RunsFileProblem(path, f"{exc}; until it is fixed, the runs it declared "
+                                                                   f"when it last loaded are used ({last_good})")]
+    if last_good is not None and (not last_good.is_file() or last_good.read_text(encoding="utf-8") != text):
+        atomic_write_text(last_good, text)
+    return _declared(path, entries)
+
+
+def _declared(path: Path, entries: list | None) -> tuple[list[Declared], list[RunsFileProblem]]:
     declared: list[Declared] = []
     problems: list[RunsFileProblem] = []
     seen: dict[str, tuple[int, str]] = {}
@@ -261,7 +280,7 @@ def resolve_runs(root: Path, runs_file: Path | None = None) -> tuple[list[Recipe
         runs_file = runs_file or runs_file_path(root)
     except RunsFileError as exc:
         return [recipes[name] for name in sorted(recipes)], exc.problems
-    declared, problems = read_runs_file(runs_file) if runs_file else ([], [])
+    declared, problems = read_runs_file(runs_file, last_good_copy(root, runs_file)) if runs_file else ([], [])
     saved = {name.casefold(): name for name in recipes}
     for entry, recipe in declared:
         conflict = (_case_clash(root, recipe, saved, runs_file, entry)
@@ -271,6 +290,11 @@ def resolve_runs(root: Path, runs_file: Path | None = None) -> tuple[list[Recipe
         else:
             recipes[recipe.run_name] = recipe
     return [recipes[name] for name in sorted(recipes)], problems
+
+
+def last_good_copy(root: Path, runs_file: Path) -> Path:
+    """Where the runs file's content is kept as it last parsed (one copy per runs file path)."""
+    return root / ".runs-file" / f"{hashlib.sha256(str(runs_file.resolve()).encode()).hexdigest()[:16]}.yaml"
 
 
 def resolve_recipes(root: Path, runs_file: Path | None = None) -> list[Recipe]:

@@ -279,6 +279,28 @@ def test_a_broken_runs_file_leaves_the_saved_runs_loading(isolated_homes, monkey
     assert "from_cli/statistics" in nodes
 
 
+def test_a_file_that_stops_parsing_keeps_the_runs_it_declared(isolated_homes):
+    """Issue 29: a YAML syntax error outside every entry dropped every declared run whose prompts were
+    never materialized (they exist only in the file). The runs of the file as it last parsed now keep
+    loading, the syntax error shown beside them, until the file is fixed."""
+    root = data_root()
+    write_dataset(root / "p.jsonl")
+    good = "".join(f"- {{run_name: r{i}, dataset_file: p.jsonl, model: hermes-sim}}\n" for i in range(2))
+    runs = write_runs(root / "runs.yaml", good)
+    assert {k for k in _asset_nodes(build_definitions(root)) if k.endswith("/prompts")} == {"r0/prompts", "r1/prompts"}
+
+    write_runs(runs, "runs: [\n" + good)  # an error outside every entry: the whole file is broken
+    nodes = _asset_nodes(build_definitions(root))
+    assert {k for k in nodes if k.endswith("/prompts")} == {"r0/prompts", "r1/prompts"}
+    problem = nodes["runs_file/declaration"].description
+    assert problem.startswith(f"{runs}: YAML syntax error") and "the runs it declared when it last loaded" in problem
+
+    write_runs(runs, good.replace("r1", "r2"))  # fixed: the file as it is now, and no problem
+    nodes = _asset_nodes(build_definitions(root))
+    assert {k for k in nodes if k.endswith("/prompts")} == {"r0/prompts", "r2/prompts"}
+    assert "runs_file/declaration" not in nodes
+
+
 def alias_bomb(levels: int = 9) -> str:
     """Anchors `a: &a [x,x,...]`, `b: &b [*a,*a,...]`, ...: 9**levels strings written in a few hundred
     bytes, the last one named by the alias `*<its letter>`."""
