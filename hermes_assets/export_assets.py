@@ -22,6 +22,9 @@ def _schema(features: Any) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name, feature_type(f)) for name, f in features.items()])
 
 
+EXPORT_NAMES = ["hf_dataset", "trl_messages"]  # the assets below, by name
+
+
 def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
     run = recipe.run_name
     folder = run_dir(data_root, run)

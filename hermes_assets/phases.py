@@ -19,6 +19,7 @@ from hermes_core.config import Endpoint
 from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
 from hermes_assets.checks import blocking_failures, format_check_results
 from hermes_assets.compression_assets import compression_summary, progress_ops
+from hermes_assets.export_assets import EXPORT_NAMES
 from hermes_assets.definitions import build_definitions
 from hermes_assets.instance import get_instance
 from hermes_assets.launch import execute_job, first_error, run_config
@@ -72,8 +73,9 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
             print(f"\n{first_error(raw)}", file=sys.stderr)
     else:
         print("nothing to run: every sample already has a final record", file=sys.stderr)
-    # The CLI stays free of pandas (~1 s to import): the samples table is built from the UI or by automation.
-    final = phase(finalize_job_name(run), ops=progress_ops(recipe), skip=("samples",))
+    # The CLI stays free of pandas and datasets (~1 s and more to import): the samples table and the exports
+    # are built from the UI or by automation (`hermes-foundry export` for the exports).
+    final = phase(finalize_job_name(run), ops=progress_ops(recipe), skip=("samples", *EXPORT_NAMES))
     check_lines = format_check_results(final)
     for line in check_lines:
         print(line, file=sys.stderr)

@@ -33,8 +33,9 @@ from hermes_core.batch.ledgers import open_ledger
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_assets.compression_assets import recipe_compression
+from hermes_assets.export_assets import EXPORT_NAMES, REPO_ENV
 from hermes_assets.run_assets import batches_partitions
-from hermes_assets.slots import HIDDEN, HOST_TAG, PID_TAG, START_TAG, reap_dead_runs
+from hermes_assets.slots import HIDDEN, reap_dead_runs
 from hermes_assets.versions import run_tags
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
@@ -64,10 +65,11 @@ def finalize_job_name(run: str) -> str:
 
 
 def final_asset_names(recipe: Recipe) -> list[str]:
-    """The unpartitioned assets after `raw_trajectories` that a refresh rebuilds (the exports are not:
-    they may push to the Hub, so they stay a deliberate act)."""
+    """The unpartitioned assets after `raw_trajectories` that a refresh rebuilds, so an idle group is all
+    fresh: the exports too, unless they push to the Hub ($HERMES_HF_REPO set), a deliberate act then."""
     return ["filtered_trajectories", "statistics", "samples",
-            *(["compressed_trajectories"] if recipe_compression(recipe) else [])]
+            *(["compressed_trajectories"] if recipe_compression(recipe) else []),
+            *([] if os.environ.get(REPO_ENV) else EXPORT_NAMES)]
 
 
 def build_run_jobs(recipe: Recipe) -> list[UnresolvedAssetJobDefinition]:
@@ -229,8 +231,7 @@ def follow(context: dg.RunStatusSensorContext, recipe: Recipe, data_root: Path) 
     if REFRESH_TAG not in finished.tags:
         return dg.SkipReason(f"run {finished.run_id} was not started by the dataset sensor")
     paths, run = RunPaths(run_dir(data_root, recipe.run_name)), recipe.run_name
-    tags = {k: v for k, v in finished.tags.items()
-            if k.startswith("hermes/") and k not in (REFRESH_TAG, HOST_TAG, PID_TAG, START_TAG)}
+    tags = {k: v for k, v in finished.tags.items() if k.startswith("hermes/")}  # bookkeeping ones are hidden
     if finished.job_name == plan_job_name(run) and (pending := pipeline.plan(recipe, paths).partitions):
         request = batches_request(recipe, pending, open_ledger(paths.raw).records_per_partition, tags)
     else:

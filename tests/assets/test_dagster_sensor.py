@@ -128,6 +128,9 @@ def test_new_rows_are_planned_then_their_batches_run_in_one_run_then_the_run_is_
     assert {e.check_name for e in finished.get_asset_check_evaluations()} >= {"every_sample_accounted_for"}
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert stats["counts"]["kept"] == 7 and stats["counts"]["pending"] == 0
+    for export in ("hf_dataset", "trl_messages"):  # refreshed with the rest: an idle group is all fresh
+        event = daemon.instance.get_latest_materialization_event(dg.AssetKey(["t1", export]))
+        assert event is not None and event.run_id == finished.run_id, export
     requests, skip = daemon.tick()
     assert requests == [] and "up to date" in skip
     assert len(ledger(run_dir)) == 7  # no sample was paid for twice
