@@ -106,6 +106,8 @@ def refresh_by_the_dataset_sensor(port: int, sim_server, dataset: Path) -> None:
     assert stats["counts"]["kept"] == 11 and stats["counts"]["pending"] == 0
     assert after["prompts"]["dataVersion"] != before["prompts"]["dataVersion"]
     assert stale_seen and after["statistics"]["staleStatus"] == "FRESH"
+    exports = asset_states(port, "ui", "hf_dataset", "trl_messages")  # refreshed too: the group is all fresh
+    assert {name: node["staleStatus"] for name, node in exports.items()} == dict.fromkeys(exports, "FRESH"), exports
 
 
 def materialize_all_after_appending(port: int, sim_server: SimulatedModelServer, dataset: Path,
