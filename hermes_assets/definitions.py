@@ -19,7 +19,7 @@ from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.runs_file import resolve_runs
-from hermes_assets.sensors import build_run_jobs, build_run_sensors
+from hermes_assets.sensors import build_chain_sensor, build_run_jobs, build_run_sensors
 from hermes_assets.table_assets import build_table_assets
 
 
@@ -39,14 +39,16 @@ def build_definitions(
     root = data_root(root)
     recipes, problems = resolve_runs(root) if recipes is None else (recipes, [])
     log_problems(problems)
-    assets, checks, jobs, sensors = build_declaration_assets(problems), [], [], []
+    assets, checks, jobs, sensors, jobs_of = build_declaration_assets(problems), [], [], [], {}
     for recipe in recipes:
         assets += build_run_assets(recipe, root) + build_compression_assets(recipe, root)
         assets += build_export_assets(recipe, root) + build_table_assets(recipe, root)
         checks += build_run_checks(recipe, root) + build_partition_checks(recipe, root)
-        run_jobs = build_run_jobs(recipe)
+        jobs_of[recipe.run_name] = run_jobs = build_run_jobs(recipe)
         jobs += run_jobs
         sensors += build_run_sensors(recipe, root, sensor_interval_seconds, jobs=run_jobs)
+    if recipes:
+        sensors.append(build_chain_sensor(recipes, root, jobs_of))
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,

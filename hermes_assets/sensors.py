@@ -1,11 +1,12 @@
-"""Scheduled backfills (SPEC §5): three sensors per run.
+"""Scheduled backfills (SPEC §5): two sensors per run and one for all.
 
 - `<run>__dataset_sensor` (stopped by default: it spends). One tick looks at the dataset, the ledger and
   the instance and requests the first phase that has work: planning (the dataset changed), the
   batches (every pending batch in ONE run over their partition range), or the final assets.
-- `<run>__refresh_chain` (a run status sensor, running): when a phase requested by the dataset sensor
-  succeeds, it requests the next one at once (planning → batches → final assets), so new rows reach
-  fresh statistics within one dataset-sensor interval plus the work, not one interval per phase.
+- `hermes__refresh_chain` (one run status sensor for every run, running): when a phase requested by a
+  dataset sensor succeeds, it requests the next one at once (planning → batches → final assets), so new
+  rows reach fresh statistics within one dataset-sensor interval plus the work, not one interval per
+  phase. One for all: the daemon evaluates every running sensor every few seconds, whatever it has to do.
 - `<run>__batches_sensor` (running; spends nothing): keeps the batch partitions equal to what planning
   the dataset as it is now gives (`pipeline.forecast`), so the UI lists new rows' batches (and "Materialize
   all" covers them) before they are planned.
@@ -45,6 +46,7 @@ INTERVAL_ENV = "HERMES_SENSOR_INTERVAL_S"
 DEFAULT_INTERVAL_S = 60
 BATCHES_INTERVAL_S = 15  # registering partitions is cheap: soon after rows are appended, the UI shows them
 CHAIN_INTERVAL_S = 5  # the sensor daemon's own loop: a refresh's next phase starts within seconds
+CHAIN_SENSOR = "hermes__refresh_chain"
 REFRESH_TAG = f"{HIDDEN}refresh"  # on runs the dataset sensor and the refresh chain start (hidden in the UI)
 
 
@@ -247,7 +249,7 @@ def build_run_sensors(
     jobs: list[UnresolvedAssetJobDefinition] | None = None,
 ) -> list[dg.SensorDefinition]:
     """The run's dataset sensor (stopped by default: turn it on in the UI, Automation → Sensors; interval:
-    see `_interval`), its refresh chain and its batches sensor.
+    see `_interval`) and its batches sensor; `build_chain_sensor` follows the refreshes of every run.
     Pass the `build_run_jobs` list you also give to Definitions, so each job is defined once."""
     run = recipe.run_name
     plan_job, batch_job, finalize_job = jobs if jobs is not None else build_run_jobs(recipe)
@@ -265,19 +267,6 @@ def build_run_sensors(
         reap_dead_runs(context.instance)  # the daemon frees what runs killed on this host still hold
         return evaluate(context, recipe, data_root)
 
-    @dg.run_status_sensor(
-        name=f"{run}__refresh_chain",
-        run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[plan_job, batch_job],
-        request_jobs=[batch_job, finalize_job],
-        minimum_interval_seconds=CHAIN_INTERVAL_S,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Requests the next phase of a refresh of run {run!r} started by its dataset sensor as soon "
-        "as the previous one succeeded. Acts only on runs the dataset sensor started.",
-    )
-    def refresh_chain(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
-        return follow(context, recipe, data_root)
-
     @dg.sensor(
         name=f"{run}__batches_sensor",
         minimum_interval_seconds=BATCHES_INTERVAL_S,
@@ -288,4 +277,28 @@ def build_run_sensors(
     def batches_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         return evaluate(context, recipe, data_root, request_refresh=False)
 
-    return [dataset_sensor, refresh_chain, batches_sensor]
+    return [dataset_sensor, batches_sensor]
+
+
+def build_chain_sensor(recipes: list[Recipe], data_root: Path,
+                       jobs: dict[str, list[UnresolvedAssetJobDefinition]]) -> dg.SensorDefinition:
+    """The one refresh chain of every run (`jobs`: each run's `build_run_jobs` list, by run name)."""
+    by_job = {job.name: recipe for recipe in recipes for job in jobs[recipe.run_name][:2]}
+
+    @dg.run_status_sensor(
+        name=CHAIN_SENSOR,
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[job for recipe in recipes for job in jobs[recipe.run_name][:2]],  # plan and batches
+        request_jobs=[job for recipe in recipes for job in jobs[recipe.run_name][1:]],  # batches and final
+        minimum_interval_seconds=CHAIN_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Requests the next phase of a refresh that a run's dataset sensor started, as soon as the "
+        "previous one succeeded. Acts only on runs a dataset sensor started.",
+    )
+    def refresh_chain(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+        recipe = by_job.get(context.dagster_run.job_name)
+        if recipe is None:
+            return dg.SkipReason(f"run {context.dagster_run.run_id} is not a phase of a declared run")
+        return follow(context, recipe, data_root)
+
+    return refresh_chain

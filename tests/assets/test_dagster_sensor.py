@@ -15,7 +15,7 @@ from hermes_assets.definitions import build_definitions
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.slots import PID_TAG
 from hermes_assets.sensors import (
-    REFRESH_TAG, build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
+    CHAIN_SENSOR, REFRESH_TAG, build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
 )
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe
@@ -74,11 +74,11 @@ class Daemon:
 
     def follow(self, result: dg.ExecuteInProcessResult) -> dg.RunRequest | dg.SkipReason:
         """What the refresh chain requests after this run succeeded."""
-        chain = self.defs.resolve_sensor_def("t1__refresh_chain")
+        chain = self.defs.resolve_sensor_def(CHAIN_SENSOR)
         run = self.instance.get_run_by_id(result.run_id)
         event = next(e for e in self.instance.all_logs(run.run_id) if e.dagster_event_type == "PIPELINE_SUCCESS")
         context = dg.build_run_status_sensor_context(
-            sensor_name="t1__refresh_chain", dagster_instance=self.instance, dagster_run=run,
+            sensor_name=CHAIN_SENSOR, dagster_instance=self.instance, dagster_run=run,
             dagster_event=event.dagster_event, context=None)
         return chain._run_status_sensor_fn(context)  # noqa: SLF001 - the sensor's body, as the daemon calls it
 
@@ -242,11 +242,13 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
     write_rows(dataset, PROMPTS[:1])
     assert cli(dataset, sim_url) == 0
     recipe = load_recipe(data_root(), "t1")
-    dataset_sensor, chain, batches = build_run_sensors(recipe, data_root(), minimum_interval_seconds=5)
+    dataset_sensor, batches = build_run_sensors(recipe, data_root(), minimum_interval_seconds=5)
     assert dataset_sensor.default_status == dg.DefaultSensorStatus.STOPPED and dataset_sensor.minimum_interval_seconds == 5
-    assert chain.default_status == batches.default_status == dg.DefaultSensorStatus.RUNNING  # they never spend alone
     monkeypatch.setenv("HERMES_SENSOR_INTERVAL_S", "900")
     defs = build_definitions()
+    chain = defs.resolve_sensor_def(CHAIN_SENSOR)  # one for every run: the daemon evaluates each running sensor
+    assert chain.default_status == batches.default_status == dg.DefaultSensorStatus.RUNNING  # they never spend alone
+    assert sorted(sensor.name for sensor in defs.sensors) == [CHAIN_SENSOR, "t1__batches_sensor", "t1__dataset_sensor"]
     assert defs.resolve_sensor_def("t1__dataset_sensor").minimum_interval_seconds == 900
     hourly = dataclasses.replace(recipe, refresh_interval_s=3600)  # per run, e.g. from the runs file
     assert build_run_sensors(hourly, data_root())[0].minimum_interval_seconds == 3600
