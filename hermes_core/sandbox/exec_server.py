@@ -32,6 +32,7 @@ from typing import Callable
 
 from hermes_core.config import usable_cores
 from hermes_core.sandbox.base import SandboxError, SandboxFailed
+from hermes_core.sandbox.processes import popen_lasting
 
 SOURCE = Path(__file__).with_name("exec_server.c")
 START_TIMEOUT_S = 10.0
@@ -131,7 +132,7 @@ class ExecServer:
         log_path = cwd / "exec-server.log"
         try:
             with open(log_path, "wb") as log:
-                self.proc = subprocess.Popen(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL,
+                self.proc = popen_lasting(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env,
                                              start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
         except OSError as exc:

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
 from hermes_core.sandbox.output import pump_to_log, read_capped_file
-from hermes_core.sandbox.processes import (DRAIN_GRACE_S, group_alive, kill_process_group, run_command,
+from hermes_core.sandbox.processes import (DRAIN_GRACE_S, group_alive, kill_process_group, popen_lasting, run_command,
                                            shell_exit_code, stop_groups)
 
 
@@ -82,7 +82,7 @@ class BackgroundJobs:
                 streams = dict(stdin=slave, stdout=slave, stderr=slave) if pty else dict(
                     stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
                 try:
-                    proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
+                    proc = popen_lasting(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
                                             **streams)  # type: ignore[call-overload]
                 except OSError as exc:
                     if pty:

@@ -5,12 +5,14 @@ session's creator is gone, and pinned namespaces. Background jobs are in jobs.py
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -23,6 +25,26 @@ DRAIN_GRACE_S = 0.5  # how long leftover children may hold the output open after
 STALE_STATE_S = 60.0  # a session state folder without a readable owner file is only reaped after this long
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SHELL = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
+
+
+_forker: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_forker_lock = threading.Lock()
+
+
+def popen_lasting(argv: list[str], **options) -> subprocess.Popen:
+    """`subprocess.Popen` for a process that must outlive the calling thread (a session's exec server,
+    a background job). Linux sends a parent-death signal (bubblewrap's --die-with-parent, the
+    launcher's PR_SET_PDEATHSIG) when the *thread* that forked the child exits, not the process: a
+    sandbox started from a short-lived thread (`asyncio.run`'s executor, a one-off pool) died with it.
+    Such processes are forked by the main thread, or by one thread that lives as long as the process."""
+    global _forker
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **options)
+    with _forker_lock:
+        if _forker is None or _forker[0] != os.getpid():  # a forked child has no copy of the thread
+            _forker = (os.getpid(), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hermes-forker"))
+        forker = _forker[1]
+    return forker.submit(subprocess.Popen, argv, **options).result()
 
 
 def shell_argv(command: str) -> list[str]:

@@ -38,6 +38,7 @@ def make_backend(tmp_path: Path, **settings) -> SandboxBackend:
     if fakebox.rootfs_for(IMAGE) is None:
         pytest.skip(f"test image missing for {IMAGE} (scripts/test_images.sh builds it)")
     modal._cloud.configure(root=tmp_path / "modal-cloud", authenticated=True, offline=False)
+    fakebox.note_stale_cgroups("modal", tmp_path / "modal-cloud")
     from hermes_core.sandbox.modal import ModalBackend
 
     # A short lifetime: sandboxes of a test run killed before its teardown do not linger for long.

@@ -32,6 +32,7 @@ def make_backend(tmp_path: Path, **settings) -> SandboxBackend:
     if not Path(IMAGE, "usr", "bin", "python3").exists():
         pytest.skip(f"test image missing: {IMAGE} (scripts/test_images.sh builds it)")
     os.environ["HERMES_APPTAINER"] = str(FAKE_APPTAINER)
+    _fakebox().note_stale_cgroups("apptainer", tmp_path)
     from hermes_core.sandbox.singularity import SingularityBackend
 
     # Image paths are accepted only beneath an image root: the rootfs cache holding IMAGE.
@@ -42,7 +43,7 @@ def make_backend(tmp_path: Path, **settings) -> SandboxBackend:
 def leftovers(tmp_path: Path) -> list[str]:
     state_root = tmp_path / "state"
     found = [str(path) for path in sorted(state_root.glob("*"))] if state_root.is_dir() else []
-    found += [f"cgroup {path}" for path in _fakebox().stale_cgroups("apptainer")]
+    found += [f"cgroup {path}" for path in _fakebox().new_stale_cgroups("apptainer", tmp_path)]
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             if str(state_root).encode() in cmdline.read_bytes():

@@ -173,6 +173,21 @@ def join_cgroups_argv(procs_files: list[str], command: list[str]) -> list[str]:
     return ["/bin/sh", "-c", script, "sh", *command]
 
 
+_STALE_BEFORE: dict[tuple[str, str], set[str]] = {}
+
+
+def note_stale_cgroups(kind: str, scope: object) -> None:
+    """Remember the stale cgroups of `kind` there are before a test (`scope`, e.g. its tmp_path) starts:
+    the cgroup tree is the host's, shared with whatever else ran on it (another checkout's killed test
+    run), so `new_stale_cgroups` counts only the test's own."""
+    _STALE_BEFORE.setdefault((kind, str(scope)), set(stale_cgroups(kind)))
+
+
+def new_stale_cgroups(kind: str, scope: object) -> list[str]:
+    before = _STALE_BEFORE.get((kind, str(scope)), set())
+    return [path for path in stale_cgroups(kind) if path not in before]
+
+
 def stale_cgroups(kind: str) -> list[str]:
     """Cgroups of `kind` whose owner process is gone: what a crashed or careless fake left."""
     found = []

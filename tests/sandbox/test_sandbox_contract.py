@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -181,6 +182,34 @@ def test_interrupt_kills_running_commands_and_keeps_the_session(make, contract, 
     assert sandbox.poll(job).running and processes_with(f"sleep {background}")  # background processes stay
     assert sandbox.read_file("kept.txt") == b"kept" and sandbox.exec("echo still here").output.strip() == "still here"
     assert sandbox.interrupt()  # with nothing running: nothing to do
+
+
+def test_interrupt_kills_a_command_that_ignores_sigterm(make):
+    """interrupt() asks with SIGTERM first (a runtime like apptainer cleans up only then): a hostile
+    command that ignores it is still killed, by SIGKILL after the grace, and the session stays usable."""
+    sandbox = make()
+    tag = marker()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(sandbox.exec, f"trap '' TERM; sleep {tag}; echo survived")
+        assert wait_until(lambda: processes_with(f"sleep {tag}"), 15), "the command never started"
+        assert sandbox.interrupt()
+        result = call.result(timeout=20)
+    assert result.exit_code != 0 and "survived" not in result.output
+    assert wait_until(lambda: not processes_with(f"sleep {tag}"), 5)
+    assert sandbox.exec("echo still here").output.strip() == "still here"
+
+
+def test_a_sandbox_outlives_the_thread_that_started_it(make):
+    """Linux's parent-death signal follows the thread that forked a process: a session whose server or
+    background job was started by a short-lived thread (asyncio.run's executor) died with that thread."""
+    sandbox = make()
+    tag = marker()
+    starter = threading.Thread(target=lambda: (sandbox.exec("echo started > first.txt"), sandbox.spawn(f"sleep {tag}")))
+    starter.start()
+    starter.join()
+    time.sleep(0.3)
+    assert sandbox.exec("cat first.txt").output.strip() == "started"
+    assert processes_with(f"sleep {tag}") and all(status.running for status in sandbox.processes())
 
 
 def test_background_jobs_do_not_hang_exec(make):

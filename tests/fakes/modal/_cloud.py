@@ -234,4 +234,4 @@ def leftovers() -> list[str]:
 
     found = [f"sandbox {record['id']} ({record.get('status')})" for record in all_records()]
     found += [str(path) for path in _hosts_root().glob(f"{_root_tag()}-*")]
-    return found + [f"cgroup {path}" for path in fakebox.stale_cgroups("modal")]
+    return found + [f"cgroup {path}" for path in fakebox.new_stale_cgroups("modal", config.root)]
