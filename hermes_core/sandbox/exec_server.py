@@ -133,8 +133,8 @@ class ExecServer:
         try:
             with open(log_path, "wb") as log:
                 self.proc = popen_lasting(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env,
-                                             start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
+                                          stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env,
+                                          start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
         except OSError as exc:
             ctl.close()
             raise SandboxFailed(f"could not start bubblewrap: {exc}") from exc

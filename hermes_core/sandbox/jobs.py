@@ -27,7 +27,6 @@ class _Job:
     pump: threading.Thread | None = None  # copies a pseudo-terminal's output into the log
 
 
-
 class BackgroundJobs:
     """A session's background commands: each in its own process group, output to a log file kept
     outside the sandbox's files, numbered 1, 2, ... (small ids, easy for a model to quote)."""
@@ -83,7 +82,7 @@ class BackgroundJobs:
                     stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
                 try:
                     proc = popen_lasting(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
-                                            **streams)  # type: ignore[call-overload]
+                                         **streams)  # type: ignore[call-overload]
                 except OSError as exc:
                     if pty:
                         os.close(master)

@@ -114,7 +114,8 @@ def stop_groups(pgids: list[int], leader: subprocess.Popen | None = None, grace:
             for pgid in signalled:
                 _signal_group(pgid, signal.SIGKILL)
             break
-        time.sleep(0.05 if signalled else 0)
+        if signalled:
+            time.sleep(0.05)
 
 
 def shell_exit_code(returncode: int) -> int:
