@@ -1,6 +1,7 @@
 """The Dagster code location: one asset group per run (saved under the data root by the CLI, or
-declared in the runs file), with its asset checks, its jobs and its dataset sensor; each problem of
-the runs file is a failing `<run>/declaration` asset (declarations.py) instead of a load error."""
+declared in the runs file), with its asset checks, its jobs and its dataset sensor; two sensors for all
+runs (the refresh chain, the dataset watch); each problem of the runs file is a failing
+`<run>/declaration` asset (declarations.py) instead of a load error."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
 from hermes_assets.runs_file import resolve_runs
-from hermes_assets.sensors import build_chain_sensor, build_run_jobs, build_run_sensors
+from hermes_assets.datasets_sensor import build_datasets_sensor
+from hermes_assets.sensors import build_chain_sensor, build_dataset_sensor, build_run_jobs
 from hermes_assets.table_assets import build_table_assets
 
 
@@ -46,9 +48,9 @@ def build_definitions(
         checks += build_run_checks(recipe, root) + build_partition_checks(recipe, root)
         jobs_of[recipe.run_name] = run_jobs = build_run_jobs(recipe)
         jobs += run_jobs
-        sensors += build_run_sensors(recipe, root, sensor_interval_seconds, jobs=run_jobs)
+        sensors.append(build_dataset_sensor(recipe, root, sensor_interval_seconds, jobs=run_jobs))
     if recipes:
-        sensors.append(build_chain_sensor(recipes, root, jobs_of))
+        sensors += [build_chain_sensor(recipes, root, jobs_of), build_datasets_sensor(recipes, root)]
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,

@@ -1,4 +1,4 @@
-"""Scheduled backfills (SPEC §5): two sensors per run and one for all.
+"""Scheduled backfills (SPEC §5): one sensor per run and one for all (and datasets_sensor.py's, for all).
 
 - `<run>__dataset_sensor` (stopped by default: it spends). One tick looks at the dataset, the ledger and
   the instance and requests the first phase that has work: planning (the dataset changed), the
@@ -7,9 +7,6 @@
   dataset sensor succeeds, it requests the next one at once (planning → batches → final assets), so new
   rows reach fresh statistics within one dataset-sensor interval plus the work, not one interval per
   phase. One for all: the daemon evaluates every running sensor every few seconds, whatever it has to do.
-- `<run>__batches_sensor` (running; spends nothing): keeps the batch partitions equal to what planning
-  the dataset as it is now gives (`pipeline.forecast`), so the UI lists new rows' batches (and "Materialize
-  all" covers them) before they are planned.
 
 Every request has a run key naming the state it answers (dataset hash + mtime, the pending batches and
 their ledger record counts, the newest upstream materialization; or the run it follows), so the daemon
@@ -44,7 +41,6 @@ if TYPE_CHECKING:  # no public alias for what define_asset_job returns
 
 INTERVAL_ENV = "HERMES_SENSOR_INTERVAL_S"
 DEFAULT_INTERVAL_S = 60
-BATCHES_INTERVAL_S = 15  # registering partitions is cheap: soon after rows are appended, the UI shows them
 CHAIN_INTERVAL_S = 5  # the sensor daemon's own loop: a refresh's next phase starts within seconds
 CHAIN_SENSOR = "hermes__refresh_chain"
 REFRESH_TAG = f"{HIDDEN}refresh"  # on runs the dataset sensor and the refresh chain start (hidden in the UI)
@@ -127,7 +123,7 @@ def _newest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
     return records[0].storage_id if records else 0
 
 
-def _partition_changes(
+def partition_changes(
     recipe: Recipe, forecast: pipeline.Forecast, instance: dg.DagsterInstance
 ) -> list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest]:
     """Register the batches planned or forecast that the instance lacks; remove registered ones that
@@ -186,8 +182,7 @@ def _upstream(instance: dg.DagsterInstance, run: str) -> int:
                _newest_storage_id(instance, _key(run, "toolset_assignments")))
 
 
-def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Path,
-             request_refresh: bool = True) -> dg.SensorResult:
+def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Path) -> dg.SensorResult:
     """One tick (see the module doc). Pure function of the files, the instance and the cursor."""
     run, paths = recipe.run_name, RunPaths(run_dir(data_root, recipe.run_name))
     cursor = json.loads(context.cursor) if context.cursor else {}
@@ -200,7 +195,7 @@ def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Pat
         forecast = pipeline.forecast(recipe, paths)
     except (DatasetError, RecipeError) as exc:  # the planning run would fail the same way: say why here
         return dg.SensorResult(skip_reason=f"cannot plan {dataset_file}: {exc}", cursor=state)
-    changes = _partition_changes(recipe, forecast, context.instance)
+    changes = partition_changes(recipe, forecast, context.instance)
 
     def result(request: dg.RunRequest | None, reason: str) -> dg.SensorResult:
         if request is not None and not (request := _unrequested(context.instance, request)):
@@ -209,8 +204,6 @@ def evaluate(context: dg.SensorEvaluationContext, recipe: Recipe, data_root: Pat
         return dg.SensorResult(run_requests=[request] if request else [], skip_reason=None if request else reason,
                                dynamic_partitions_requests=changes, cursor=state)
 
-    if not request_refresh:
-        return result(None, f"{len(forecast.partitions)} batch(es) pending, all registered")
     if going := _in_flight(context.instance, run):
         return result(None, f"run(s) {', '.join(going)} of this refresh are queued or going; the refresh "
                       "chain requests the next phase when they succeed")
@@ -242,15 +235,15 @@ def follow(context: dg.RunStatusSensorContext, recipe: Recipe, data_root: Path) 
     return request or dg.SkipReason(f"the phase after run {finished.run_id} was requested already")
 
 
-def build_run_sensors(
+def build_dataset_sensor(
     recipe: Recipe,
     data_root: Path,
     minimum_interval_seconds: int | None = None,
     jobs: list[UnresolvedAssetJobDefinition] | None = None,
-) -> list[dg.SensorDefinition]:
+) -> dg.SensorDefinition:
     """The run's dataset sensor (stopped by default: turn it on in the UI, Automation → Sensors; interval:
-    see `_interval`) and its batches sensor; `build_chain_sensor` follows the refreshes of every run.
-    Pass the `build_run_jobs` list you also give to Definitions, so each job is defined once."""
+    see `_interval`); `build_chain_sensor` follows the refreshes of every run. Pass the `build_run_jobs`
+    list you also give to Definitions, so each job is defined once."""
     run = recipe.run_name
     plan_job, batch_job, finalize_job = jobs if jobs is not None else build_run_jobs(recipe)
 
@@ -267,17 +260,7 @@ def build_run_sensors(
         reap_dead_runs(context.instance)  # the daemon frees what runs killed on this host still hold
         return evaluate(context, recipe, data_root)
 
-    @dg.sensor(
-        name=f"{run}__batches_sensor",
-        minimum_interval_seconds=BATCHES_INTERVAL_S,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Registers the batch partitions that planning {recipe.dataset_file} will create, so "
-        "the UI lists them (and Materialize all covers them) before they are planned. Never launches a run.",
-    )
-    def batches_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return evaluate(context, recipe, data_root, request_refresh=False)
-
-    return [dataset_sensor, batches_sensor]
+    return dataset_sensor
 
 
 def build_chain_sensor(recipes: list[Recipe], data_root: Path,

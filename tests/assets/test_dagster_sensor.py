@@ -11,11 +11,12 @@ import dagster as dg
 import pytest
 
 from hermes_assets.cli import batch_main
+from hermes_assets.datasets_sensor import DATASETS_SENSOR
 from hermes_assets.definitions import build_definitions
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.slots import PID_TAG
 from hermes_assets.sensors import (
-    CHAIN_SENSOR, REFRESH_TAG, build_run_sensors, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
+    CHAIN_SENSOR, REFRESH_TAG, build_dataset_sensor, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
 )
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe
@@ -206,12 +207,12 @@ def test_batches_unknown_to_the_instance_are_registered(isolated_homes, sim_url,
     assert daemon.execute(request).success
 
 
-def test_the_batches_sensor_registers_forecast_batches_and_drops_ones_never_planned(isolated_homes, sim_url):
+def test_the_datasets_sensor_registers_forecast_batches_and_drops_ones_never_planned(isolated_homes, sim_url):
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:2])
     assert cli(dataset, sim_url) == 0
     planned = batch_keys(data_root() / "t1")
-    daemon = Daemon(build_definitions(), dg.DagsterInstance.get(), "t1__batches_sensor")
+    daemon = Daemon(build_definitions(), dg.DagsterInstance.get(), DATASETS_SENSOR)
     write_rows(dataset, NEW_ROWS, mode="a")
     requests, _ = daemon.tick()
     assert requests == []  # it never launches anything
@@ -242,16 +243,17 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
     write_rows(dataset, PROMPTS[:1])
     assert cli(dataset, sim_url) == 0
     recipe = load_recipe(data_root(), "t1")
-    dataset_sensor, batches = build_run_sensors(recipe, data_root(), minimum_interval_seconds=5)
+    dataset_sensor = build_dataset_sensor(recipe, data_root(), minimum_interval_seconds=5)
     assert dataset_sensor.default_status == dg.DefaultSensorStatus.STOPPED and dataset_sensor.minimum_interval_seconds == 5
     monkeypatch.setenv("HERMES_SENSOR_INTERVAL_S", "900")
     defs = build_definitions()
-    chain = defs.resolve_sensor_def(CHAIN_SENSOR)  # one for every run: the daemon evaluates each running sensor
-    assert chain.default_status == batches.default_status == dg.DefaultSensorStatus.RUNNING  # they never spend alone
-    assert sorted(sensor.name for sensor in defs.sensors) == [CHAIN_SENSOR, "t1__batches_sensor", "t1__dataset_sensor"]
+    chain, watch = defs.resolve_sensor_def(CHAIN_SENSOR), defs.resolve_sensor_def(DATASETS_SENSOR)
+    assert chain.default_status == watch.default_status == dg.DefaultSensorStatus.RUNNING  # they never spend alone
+    # One sensor per run, stopped; two for all runs: the daemon calls the code server for each running one.
+    assert sorted(sensor.name for sensor in defs.sensors) == [DATASETS_SENSOR, CHAIN_SENSOR, "t1__dataset_sensor"]
     assert defs.resolve_sensor_def("t1__dataset_sensor").minimum_interval_seconds == 900
     hourly = dataclasses.replace(recipe, refresh_interval_s=3600)  # per run, e.g. from the runs file
-    assert build_run_sensors(hourly, data_root())[0].minimum_interval_seconds == 3600
+    assert build_dataset_sensor(hourly, data_root()).minimum_interval_seconds == 3600
     assert hourly.fingerprint() == recipe.fingerprint()  # scheduling changes no sample
     assert {plan_job_name("t1"), raw_job_name("t1"), finalize_job_name("t1")} <= {
         job.name for job in defs.resolve_all_job_defs()}

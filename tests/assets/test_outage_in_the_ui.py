@@ -83,7 +83,7 @@ def test_an_outage_fails_only_the_new_batches_and_says_the_endpoint_is_unreachab
         handle.writelines(json.dumps({"prompt": f"Run a command that prints new {i}"}) + "\n" for i in range(3))
     deadline = time.monotonic() + 60
     while len(everything := partition_keys(port)) < 5:
-        assert time.monotonic() < deadline, "the batches sensor did not list the new rows' batches"
+        assert time.monotonic() < deadline, "the datasets sensor did not list the new rows' batches"
         time.sleep(1)
     new = [key for key in everything if key not in done]  # 3 rows, batch_size 2
     backfill = materialize_all(port, instance)

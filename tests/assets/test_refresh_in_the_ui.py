@@ -28,7 +28,8 @@ BACKFILL = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(back
   __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } ... on Error { message } } }"""
 STOP = """mutation($id: String!) { stopSensor(id: $id) { __typename } }"""
 PARTITIONS = """query($s: AssetKeyInput!) { assetNodeOrError(assetKey: $s) { ... on AssetNode { partitionKeys } } }"""
-NODES = """query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) { assetKey { path } staleStatus dataVersion } }"""
+NODES = """query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) {
+  assetKey { path } staleStatus dataVersion staleCauses { key { path } reason } } }"""
 
 
 def asset_states(port: int, run: str, *names: str) -> dict[str, dict]:
@@ -113,18 +114,21 @@ def refresh_by_the_dataset_sensor(port: int, sim_server, dataset: Path) -> None:
 def materialize_all_after_appending(port: int, sim_server: SimulatedModelServer, dataset: Path,
                                     abandoned: threading.Event) -> None:
     """Run "all", its dataset sensor off: rows appended, then "Materialize all" on the group (a backfill of
-    every asset, all partitions). The batches sensor listed the new rows' batch before the click, so the
-    one backfill plans and runs them: no second click. Runs beside the refresh of run "ui" until it ends
-    or `abandoned` is set."""
+    every asset, all partitions). The datasets sensor showed `prompts` stale (the dataset's new version,
+    no click, no run) and listed the new rows' batch before the click, so the one backfill plans and
+    runs them: no second click. Runs beside the refresh of run "ui" until it ends or `abandoned` is set."""
     instance = dg.DagsterInstance.get()
     raw = {"path": ["all", "raw_trajectories"]}
     known = graphql(port, PARTITIONS, {"s": raw})["assetNodeOrError"]["partitionKeys"]
     with open(dataset, "a") as handle:
         handle.writelines(json.dumps({"prompt": f"Run a command that prints more {i}"}) + "\n" for i in range(3))
     deadline = time.monotonic() + 60
-    while len(graphql(port, PARTITIONS, {"s": raw})["assetNodeOrError"]["partitionKeys"]) == len(known):
-        assert time.monotonic() < deadline, "the batches sensor did not list the new rows' batch"
+    while (len(graphql(port, PARTITIONS, {"s": raw})["assetNodeOrError"]["partitionKeys"]) == len(known)
+           or (prompts := asset_states(port, "all", "prompts")["prompts"])["staleStatus"] != "STALE"):
+        assert time.monotonic() < deadline, "the datasets sensor did not list the new rows' batch or show them stale"
         assert not abandoned.wait(1), "abandoned: the refresh failed"
+    assert {"key": {"path": ["all", "dataset_file"]}, "reason": "has a new data version"} in \
+        prompts["staleCauses"], prompts
     sent = sim_server.log.requests
     group = ["dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
              "statistics", "samples"]

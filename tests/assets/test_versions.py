@@ -15,7 +15,7 @@ from dagster._utils.test.data_versions import get_stale_status_resolver  # what 
 from hermes_assets.cli import batch_main
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
-from hermes_assets.sensors import REFRESH_TAG, build_run_sensors
+from hermes_assets.sensors import REFRESH_TAG, build_dataset_sensor
 from hermes_core.batch.code_versions import ROW_SHAPING, source_version
 from hermes_assets.versions import CODE_VERSIONS
 from hermes_core import __version__
@@ -163,7 +163,7 @@ def test_sensor_requests_carry_the_run_tags(isolated_homes):
                     distribution="terminal_only", batch_size=2)
     save_recipe(root, recipe)
     with dg.instance_for_test() as instance:
-        result = build_run_sensors(recipe, root)[0](dg.build_sensor_context(instance=instance))
+        result = build_dataset_sensor(recipe, root)(dg.build_sensor_context(instance=instance))
     (request,) = result.run_requests
     sha = hashlib.sha256(dataset.read_bytes()).hexdigest()
     assert {k: v for k, v in request.tags.items() if k.startswith("hermes/")} == {

@@ -1,0 +1,96 @@
+"""`hermes__datasets`: one sensor for every run's dataset file (running; never launches a run).
+
+A tick stats each dataset file; only a file whose size or mtime moved since the last tick is read:
+- its new version (the sha256 of its bytes) is recorded as an observation of the run's `dataset_file`
+  source asset, so `prompts` shows stale in the UI within one tick, with no click and no run;
+- the batch partitions are made equal to what planning the file as it is now will create
+  (`pipeline.forecast`), so the UI lists new rows' batches, and *Materialize all* covers them, before
+  they are planned.
+
+One sensor for all, ticking cheaply: the daemon calls the code server for every running sensor at every
+interval, whatever it has to do, and one per run cost the instance most of a core with 50 runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.data_version import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
+
+from hermes_core.batch import pipeline
+from hermes_core.batch.dataset import DatasetError
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
+from hermes_assets.sensors import dataset_state, partition_changes
+from hermes_assets.versions import dataset_asset_key
+
+DATASETS_SENSOR = "hermes__datasets"
+INTERVAL_S = 15  # a stat per run: soon after rows are appended, the UI shows them stale and their batches
+
+
+def _observation(instance: dg.DagsterInstance, recipe: Recipe, state: dict[str, Any]) -> dg.AssetObservation | None:
+    """The dataset's new version as an observation, unless the instance holds it already (`prompts`
+    records what it read, and a restarted daemon has no cursor)."""
+    key = dataset_asset_key(recipe.run_name)
+    latest = instance.get_latest_data_version_record(key, is_source=True)
+    observed = latest.asset_observation if latest else None
+    if observed is not None and (observed.tags or {}).get(DATA_VERSION_TAG) == state["sha256"]:
+        return None
+    return dg.AssetObservation(
+        asset_key=key, tags={DATA_VERSION_TAG: state["sha256"], DATA_VERSION_IS_USER_PROVIDED_TAG: "true"},
+        metadata={"path": dg.MetadataValue.path(recipe.dataset_file), "bytes": state["size"]})
+
+
+def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root: Path) -> dg.SensorResult:
+    """One tick (see the module doc): a pure function of the files, the instance and the cursor."""
+    seen: dict[str, dict[str, Any]] = json.loads(context.cursor) if context.cursor else {}
+    now: dict[str, dict[str, Any]] = {}
+    events: list[dg.AssetObservation] = []
+    changes: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+    problems: list[str] = []
+    for recipe in recipes:
+        run, path = recipe.run_name, Path(recipe.dataset_file)
+        try:
+            stat = path.stat()
+        except OSError:
+            problems.append(f"{run}: {path}: dataset file not found")
+            continue
+        before = seen.get(run)
+        if before and (before["size"], before["mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
+            now[run] = before
+            continue
+        try:
+            state = dataset_state(path, before)
+        except OSError as exc:
+            problems.append(f"{run}: cannot read {path}: {exc}")
+            continue
+        if observation := _observation(context.instance, recipe, state):
+            events.append(observation)
+        try:
+            forecast = pipeline.forecast(recipe, RunPaths(run_dir(data_root, run)))
+        except (OSError, DatasetError, RecipeError) as exc:  # planning would fail the same way: say why,
+            problems.append(f"{run}: cannot plan {path}: {exc}")  # at every tick until the file is fixed
+            continue
+        now[run] = state
+        changes += partition_changes(recipe, forecast, context.instance)
+    reason = None if events or changes else "; ".join(problems) or f"{len(recipes)} dataset(s) unchanged"
+    return dg.SensorResult(asset_events=events, dynamic_partitions_requests=changes, skip_reason=reason,
+                           cursor=json.dumps(now, sort_keys=True))
+
+
+def build_datasets_sensor(recipes: list[Recipe], data_root: Path) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=DATASETS_SENSOR,
+        minimum_interval_seconds=INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Watches every run's dataset file: a changed file is observed (its runs' prompts show "
+        "stale) and its batch partitions registered before planning, so the UI lists them and Materialize "
+        "all covers them. Never launches a run.",
+    )
+    def datasets_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return watch(context, recipes, data_root)
+
+    return datasets_sensor
