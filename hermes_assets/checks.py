@@ -1,10 +1,10 @@
 """Asset checks on a run's `filtered_trajectories` (SPEC §5.4): the final file loads with HF
-`datasets`, has no duplicate sample keys, every sample of the dataset is accounted for, and the
-filters' discard rates stay under configurable thresholds.
+`datasets`, has no duplicate sample keys, every sample of the dataset is accounted for, it comes from
+the dataset file as it is now, and the filters' discard rates stay under configurable thresholds.
 
 The three correctness checks are blocking: an ERROR stops the assets downstream in the same run
 (Dagster's gating), and `refuse_if_blocked` makes the exports refuse to build in a later run while
-the latest evaluation of one of them failed. The discard rates are warnings and never gate."""
+the latest evaluation of one of them failed. The others are warnings and never gate."""
 
 
 import os
@@ -24,6 +24,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, run_dir
 from hermes_assets.metadata import check_catalog
 from hermes_assets.run_assets import build_run_assets
+from hermes_assets.versions import dataset_state
 
 NO_REASONING_ENV = "HERMES_MAX_NO_REASONING_RATE"
 HALLUCINATION_ENV = "HERMES_MAX_HALLUCINATION_RATE"
@@ -49,6 +50,7 @@ def rate_threshold(env_name: str, default: float) -> float:
     return value
 
 
+CURRENT_CHECK = "built_from_current_dataset"
 _parsed = FileTableCache(4)  # three checks read the same trajectories.jsonl
 
 
@@ -185,6 +187,25 @@ def _accounting(paths: RunPaths) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=True, metadata=metadata)
 
 
+def dataset_currency(paths: RunPaths, current_sha256: str | None = None) -> dg.AssetCheckResult:
+    """Whether the outputs come from the dataset file as it is now: the sha256 the last planning read
+    (dataset.json) against the file's (`current_sha256`, else hashed here). Dagster marks only `prompts`
+    stale when the file changes; this says so on the outputs too (hermes__datasets reports it at once)."""
+    planned = json_loads(paths.dataset.read_bytes())
+    path = Path(planned["path"])
+    try:
+        current = current_sha256 or dataset_state(path, None)["sha256"]
+    except OSError as exc:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                   description=f"the dataset file cannot be read: {exc}")
+    metadata = {"planned_sha256": planned["sha256"], "dataset_sha256": current, "path": str(path)}
+    if current == planned["sha256"]:
+        return dg.AssetCheckResult(passed=True, metadata=metadata)
+    return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=metadata, description=(
+        f"the dataset changed since these outputs were planned ({planned['sha256'][:12]} → {current[:12]}): its new "
+        "or edited rows are not in them yet; the run's dataset sensor, or Materialize all, brings them up to date"))
+
+
 # name -> (description, check): one Dagster step runs them all (a step per check cost 3 more event
 # writes each, ~0.3 s per run in all).
 CHECKS: dict[str, tuple[str, Callable[[RunPaths], dg.AssetCheckResult]]] = {
@@ -195,6 +216,8 @@ CHECKS: dict[str, tuple[str, Callable[[RunPaths], dg.AssetCheckResult]]] = {
     "every_sample_accounted_for": ("Each sample of prompts.jsonl has a final ledger record or is pending in a "
                                    "batch; each kept sample is in trajectories.jsonl and nothing else is.",
                                    _accounting),
+    CURRENT_CHECK: ("The outputs come from the dataset file as it is now (its sha256 is the one planned).",
+                    dataset_currency),
     "no_reasoning_rate": (f"{Disposition.DISCARDED_NO_REASONING} ÷ judged samples ≤ ${NO_REASONING_ENV} "
                           f"(default {DEFAULT_MAX_NO_REASONING_RATE}).",
                           _rate_check("no-reasoning", Disposition.DISCARDED_NO_REASONING, NO_REASONING_ENV,

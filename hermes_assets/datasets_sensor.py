@@ -2,7 +2,9 @@
 
 A tick stats each dataset file; only a file whose size or mtime moved since the last tick is read:
 - its new version (the sha256 of its bytes) is recorded as an observation of the run's `dataset_file`
-  source asset, so `prompts` shows stale in the UI within one tick, with no click and no run;
+  source asset, so `prompts` shows stale in the UI within one tick, with no click and no run; and
+  `filtered_trajectories`' check `built_from_current_dataset` is evaluated (a warning while the outputs
+  are from an older version), since Dagster marks only the direct dependant of a source stale;
 - the batch partitions are made equal to what planning the file as it is now will create
   (`pipeline.forecast`), so the UI lists new rows' batches, and *Materialize all* covers them, before
   they are planned.
@@ -24,8 +26,9 @@ from hermes_core.batch import pipeline
 from hermes_core.batch.dataset import DatasetError
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
-from hermes_assets.sensors import dataset_state, partition_changes
-from hermes_assets.versions import dataset_asset_key
+from hermes_assets.checks import CURRENT_CHECK, dataset_currency
+from hermes_assets.sensors import partition_changes
+from hermes_assets.versions import dataset_asset_key, dataset_state
 
 DATASETS_SENSOR = "hermes__datasets"
 INTERVAL_S = 15  # a stat per run: soon after rows are appended, the UI shows them stale and their batches
@@ -48,7 +51,7 @@ def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root:
     """One tick (see the module doc): a pure function of the files, the instance and the cursor."""
     seen: dict[str, dict[str, Any]] = json.loads(context.cursor) if context.cursor else {}
     now: dict[str, dict[str, Any]] = {}
-    events: list[dg.AssetObservation] = []
+    events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = []
     changes: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     problems: list[str] = []
     for recipe in recipes:
@@ -69,8 +72,14 @@ def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root:
             continue
         if observation := _observation(context.instance, recipe, state):
             events.append(observation)
+        paths = RunPaths(run_dir(data_root, run))
+        if paths.dataset.is_file():  # planned once: its outputs say whether they are from this version
+            result = dataset_currency(paths, state["sha256"])
+            events.append(dg.AssetCheckEvaluation(
+                asset_key=dg.AssetKey([run, "filtered_trajectories"]), check_name=CURRENT_CHECK, passed=result.passed,
+                severity=result.severity, description=result.description, metadata=result.metadata))
         try:
-            forecast = pipeline.forecast(recipe, RunPaths(run_dir(data_root, run)))
+            forecast = pipeline.forecast(recipe, paths)
         except (OSError, DatasetError, RecipeError) as exc:  # planning would fail the same way: say why,
             problems.append(f"{run}: cannot plan {path}: {exc}")  # at every tick until the file is fixed
             continue

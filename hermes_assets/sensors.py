@@ -34,7 +34,7 @@ from hermes_assets.compression_assets import recipe_compression
 from hermes_assets.export_assets import EXPORT_NAMES, REPO_ENV
 from hermes_assets.run_assets import batches_partitions
 from hermes_assets.slots import HIDDEN, reap_dead_runs
-from hermes_assets.versions import run_tags
+from hermes_assets.versions import dataset_state, run_tags
 
 if TYPE_CHECKING:  # no public alias for what define_asset_job returns
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -94,18 +94,6 @@ def _interval(minimum_interval_seconds: int | None, recipe: Recipe) -> int:
         return int(raw) if raw.strip() else DEFAULT_INTERVAL_S
     except ValueError:
         raise ValueError(f"{INTERVAL_ENV}={raw!r}: expected whole seconds, e.g. 300") from None
-
-
-def dataset_state(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
-    """size, mtime_ns and sha256 of the dataset; the hash is reused while size and mtime are unchanged."""
-    stat = path.stat()
-    if cached and cached.get("size") == stat.st_size and cached.get("mtime_ns") == stat.st_mtime_ns:
-        return cached
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
 
 
 def planned_sha256(paths: RunPaths) -> str | None:

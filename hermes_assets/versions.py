@@ -155,6 +155,18 @@ def lineage_metadata(recipe: Recipe, dataset_sha256: str) -> dict[str, Any]:
     }
 
 
+def dataset_state(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
+    """size, mtime_ns and sha256 of the dataset; the hash is reused while size and mtime are unchanged."""
+    stat = path.stat()
+    if cached and cached.get("size") == stat.st_size and cached.get("mtime_ns") == stat.st_mtime_ns:
+        return cached
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
 def planned_dataset_sha256(paths: RunPaths) -> str:
     """The sha256 of the dataset as `prompts` last loaded it (what the batches were planned from)."""
     return json.loads(paths.dataset.read_text())["sha256"]

@@ -10,15 +10,16 @@ import dagster as dg
 import pytest
 
 from hermes_assets.checks import (
-    BLOCKING, CHECKS, blocking_failures, build_run_assets_and_checks, build_run_checks, format_check_results,
-    rate_threshold,
+    BLOCKING, CHECKS, blocking_failures, build_run_assets_and_checks, build_run_checks, dataset_currency,
+    format_check_results, rate_threshold,
 )
 from hermes_assets.cli import batch_main
 from hermes_assets.export_assets import build_export_assets
 from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_core.config import data_root
-from hermes_core.batch.recipe import load_recipe
+from hermes_core.batch.pipeline import RunPaths
+from hermes_core.batch.recipe import load_recipe, run_dir
 
 PROMPTS = [{"prompt": f"Run a command that prints {i}", "id": f"p{i}"} for i in range(4)]
 
@@ -59,7 +60,7 @@ def test_checks_pass_on_a_clean_run_and_report_their_numbers(isolated_homes, sim
     assert cli(write_rows(isolated_homes / "d.jsonl", PROMPTS + [{"prompt": "Say hi", "x": 2}]), sim_url) == 0
     results = run_checks(with_asset=True)
     assert set(results) == {"loads_with_hf_datasets", "no_duplicate_sample_keys", "every_sample_accounted_for",
-                            "no_reasoning_rate", "hallucination_rate"}
+                            "no_reasoning_rate", "hallucination_rate", "built_from_current_dataset"}
     assert all(e.passed for e in results.values()), {n: e.description for n, e in results.items()}
     loaded = meta(results["loads_with_hf_datasets"])
     assert loaded["rows"] == loaded["expected_rows"] == 5 and "conversations" in loaded["columns"]
@@ -155,7 +156,7 @@ def test_format_check_results_lists_only_failures(isolated_homes, sim_url):
     assert lines == [line for line in lines if line.startswith("check ")]
     assert any("no_reasoning_rate (warning)" in line for line in lines)
     assert not any("no_duplicate_sample_keys" in line for line in lines)
-    assert sum(len(list(c.check_keys)) for c in build_run_checks(load_recipe(root, "t1"), root)) == 5
+    assert sum(len(list(c.check_keys)) for c in build_run_checks(load_recipe(root, "t1"), root)) == 6
 
 
 def test_rate_threshold_validation(monkeypatch):
@@ -259,3 +260,18 @@ def test_partition_checks_name_the_broken_partitions(isolated_homes, sim_url):
     assert not recorded.passed and meta(recorded)["failed_partition_keys"] == second
     assert meta(recorded)["by_partition"][first] == meta(recorded)["by_partition"][third] == "ok"
     assert "1 of 2 member(s) without a final record" in recorded.description
+
+
+def test_outputs_of_an_older_dataset_say_so(isolated_homes, sim_url):
+    """Dagster marks only `prompts` stale when the dataset changes; the outputs' check says why."""
+    dataset = write_rows(isolated_homes / "d.jsonl", PROMPTS)
+    assert cli(dataset, sim_url) == 0
+    paths = RunPaths(run_dir(data_root(), "t1"))
+    assert dataset_currency(paths).passed
+    with open(dataset, "a") as handle:
+        handle.write(json.dumps({"prompt": "one more"}) + "\n")
+    stale = dataset_currency(paths)
+    assert not stale.passed and stale.severity == dg.AssetCheckSeverity.WARN
+    assert stale.description.startswith("the dataset changed since these outputs were planned")
+    dataset.unlink()
+    assert "the dataset file cannot be read" in dataset_currency(paths).description

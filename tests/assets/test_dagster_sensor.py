@@ -15,8 +15,9 @@ from hermes_assets.datasets_sensor import DATASETS_SENSOR
 from hermes_assets.definitions import build_definitions
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.slots import PID_TAG
+from hermes_assets.versions import dataset_state
 from hermes_assets.sensors import (
-    CHAIN_SENSOR, REFRESH_TAG, build_dataset_sensor, dataset_state, finalize_job_name, plan_job_name, raw_job_name,
+    CHAIN_SENSOR, REFRESH_TAG, build_dataset_sensor, finalize_job_name, plan_job_name, raw_job_name,
 )
 from hermes_core.config import data_root
 from hermes_core.batch.recipe import load_recipe

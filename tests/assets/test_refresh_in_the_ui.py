@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from hermes_assets.checks import CURRENT_CHECK
 from hermes_assets.cli import batch_main
 from hermes_assets.sensors import REFRESH_TAG
 from hermes_core.config import data_root
@@ -35,6 +36,11 @@ NODES = """query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) {
 def asset_states(port: int, run: str, *names: str) -> dict[str, dict]:
     keys = [{"path": [run, name]} for name in names]
     return {node["assetKey"]["path"][-1]: node for node in graphql(port, NODES, {"keys": keys})["assetNodes"]}
+
+
+def currency_check(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
+    key = dg.AssetCheckKey(dg.AssetKey(["all", "filtered_trajectories"]), CURRENT_CHECK)
+    return instance.get_latest_asset_check_evaluation_record(key).evaluation
 
 
 def runs_of(instance: dg.DagsterInstance, run: str, since: float) -> list[dg.DagsterRun]:
@@ -115,7 +121,7 @@ def materialize_all_after_appending(port: int, sim_server: SimulatedModelServer,
                                     abandoned: threading.Event) -> None:
     """Run "all", its dataset sensor off: rows appended, then "Materialize all" on the group (a backfill of
     every asset, all partitions). The datasets sensor showed `prompts` stale (the dataset's new version,
-    no click, no run) and listed the new rows' batch before the click, so the one backfill plans and
+    no click, no run), warned on the outputs' `built_from_current_dataset` check, and listed the new rows' batch before the click, so the one backfill plans and
     runs them: no second click. Runs beside the refresh of run "ui" until it ends or `abandoned` is set."""
     instance = dg.DagsterInstance.get()
     raw = {"path": ["all", "raw_trajectories"]}
@@ -129,6 +135,9 @@ def materialize_all_after_appending(port: int, sim_server: SimulatedModelServer,
         assert not abandoned.wait(1), "abandoned: the refresh failed"
     assert {"key": {"path": ["all", "dataset_file"]}, "reason": "has a new data version"} in \
         prompts["staleCauses"], prompts
+    current = currency_check(instance)  # the outputs say why too (Dagster marks only prompts stale)
+    assert not current.passed and current.severity == dg.AssetCheckSeverity.WARN, current
+    assert "the dataset changed since these outputs were planned" in current.description
     sent = sim_server.log.requests
     group = ["dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
              "statistics", "samples"]
@@ -140,6 +149,7 @@ def materialize_all_after_appending(port: int, sim_server: SimulatedModelServer,
         assert time.monotonic() < deadline, "the backfill did not finish within 240 s"
         assert not abandoned.wait(2), "abandoned: the refresh failed"
     assert instance.get_backfill(launched["backfillId"]).status.value == "COMPLETED_SUCCESS"
+    assert currency_check(instance).passed
     assert sim_server.log.requests - sent == 6  # the 3 new rows, 2 calls each; the done batch sent nothing
     stats = json.loads((data_root() / "all" / "statistics.json").read_text())
     assert stats["counts"]["kept"] == 7 and stats["counts"]["pending"] == 0
