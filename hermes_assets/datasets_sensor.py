@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.data_version import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
 
 from hermes_core.batch import pipeline
 from hermes_core.batch.dataset import DatasetError
@@ -28,7 +27,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_assets.checks import CURRENT_CHECK, dataset_currency
 from hermes_assets.sensors import partition_changes
-from hermes_assets.versions import dataset_asset_key, dataset_state
+from hermes_assets.versions import dataset_asset_key, dataset_observation, dataset_state
 
 DATASETS_SENSOR = "hermes__datasets"
 INTERVAL_S = 15  # a stat per run: soon after rows are appended, the UI shows them stale and their batches
@@ -38,13 +37,8 @@ def _observation(instance: dg.DagsterInstance, recipe: Recipe, state: dict[str, 
     """The dataset's new version as an observation, unless the instance holds it already (`prompts`
     records what it read, and a restarted daemon has no cursor)."""
     key = dataset_asset_key(recipe.run_name)
-    latest = instance.get_latest_data_version_record(key, is_source=True)
-    observed = latest.asset_observation if latest else None
-    if observed is not None and (observed.tags or {}).get(DATA_VERSION_TAG) == state["sha256"]:
-        return None
-    return dg.AssetObservation(
-        asset_key=key, tags={DATA_VERSION_TAG: state["sha256"], DATA_VERSION_IS_USER_PROVIDED_TAG: "true"},
-        metadata={"path": dg.MetadataValue.path(recipe.dataset_file), "bytes": state["size"]})
+    return dataset_observation(instance.get_latest_data_version_record(key, is_source=True), key, state["sha256"],
+                               path=dg.MetadataValue.path(recipe.dataset_file), bytes=state["size"])
 
 
 def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root: Path) -> dg.SensorResult:
@@ -64,6 +58,8 @@ def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root:
         before = seen.get(run)
         if before and (before["size"], before["mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
             now[run] = before
+            if "problem" in before:  # said again at every tick, without reading the file again
+                problems.append(before["problem"])
             continue
         try:
             state = dataset_state(path, before)
@@ -80,8 +76,9 @@ def watch(context: dg.SensorEvaluationContext, recipes: list[Recipe], data_root:
                 severity=result.severity, description=result.description, metadata=result.metadata))
         try:
             forecast = pipeline.forecast(recipe, paths)
-        except (OSError, DatasetError, RecipeError) as exc:  # planning would fail the same way: say why,
-            problems.append(f"{run}: cannot plan {path}: {exc}")  # at every tick until the file is fixed
+        except (OSError, DatasetError, RecipeError) as exc:  # planning would fail the same way: say why
+            now[run] = {**state, "problem": f"{run}: cannot plan {path}: {exc}"}
+            problems.append(now[run]["problem"])
             continue
         now[run] = state
         changes += partition_changes(recipe, forecast, context.instance)

@@ -65,16 +65,24 @@ def build_dataset_source(recipe: Recipe) -> dg.SourceAsset:
     return dataset_file
 
 
+def dataset_observation(latest: Any, key: dg.AssetKey, sha256: str, **metadata: Any) -> dg.AssetObservation | None:
+    """An observation of the dataset at version `sha256`, unless `latest` (the source's latest data
+    version record, or None) is of that version already."""
+    observed = latest.asset_observation if latest else None
+    if observed is not None and (observed.tags or {}).get(DATA_VERSION_TAG) == sha256:
+        return None
+    return dg.AssetObservation(asset_key=key, metadata=metadata,
+                               tags={DATA_VERSION_TAG: sha256, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"})
+
+
 def observe_dataset(instance: dg.DagsterInstance, run: str, sha256: str) -> dict[str, str]:
     """`prompts` reads the file itself, so the version it read is what it was built from: recorded as an
     observation of the source when the last one differs (nobody observed the change yet), and named as
     its input version in the tags it returns. Observing is then optional, never a step to forget."""
     key = dataset_asset_key(run)
     latest = instance.get_latest_data_version_record(key, is_source=True)
-    observed = latest.asset_observation if latest else None
-    if observed is None or (observed.tags or {}).get(DATA_VERSION_TAG) != sha256:
-        instance.report_runless_asset_event(dg.AssetObservation(asset_key=key, tags={
-            DATA_VERSION_TAG: sha256, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}))
+    if observation := dataset_observation(latest, key, sha256):
+        instance.report_runless_asset_event(observation)
         latest = instance.get_latest_data_version_record(key, is_source=True)
     return {get_input_data_version_tag(key): sha256,
             get_input_event_pointer_tag(key): str(latest.storage_id) if latest else NULL_EVENT_POINTER}
