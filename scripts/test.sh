@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 venv=${VENV:-.venv}
 export DEBIAN_FRONTEND=noninteractive
 # The sandbox backends' tests (bubblewrap, debootstrap, a Docker engine), the browser tools' tests
-# (chromium) and the PostgreSQL instance tests.
-PACKAGES=(bubblewrap debootstrap docker.io chromium postgresql)
+# (chromium), the PostgreSQL instance tests and the pytest verifier of RL environments (python3-pytest,
+# run inside sandboxes that share the host's system folders).
+PACKAGES=(bubblewrap debootstrap docker.io chromium postgresql python3-pytest)
 log() { echo "make test: $*" >&2; }
 
 missing_packages() {

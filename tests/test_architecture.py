@@ -15,7 +15,8 @@ SIMULATOR = "hermes_core.endpoints.simulated"
 # The parts of hermes_core, lowest first: a part imports only parts before it (README, "Architecture").
 PARTS = ["hermes_core.config", "hermes_core.fileio", "hermes_core.asgi_thread", "hermes_core.sandbox",
          "hermes_core.tools", "hermes_core.endpoints", "hermes_core.formats", "hermes_core.agent", "hermes_core.batch",
-         "hermes_core.exports", "hermes_core.api_server", SIMULATOR, "hermes_core", "hermes_assets"]
+         "hermes_core.exports", "hermes_core.environments", "hermes_core.api_server", SIMULATOR, "hermes_core",
+         "hermes_assets"]
 PLUMBING = PARTS[:3]  # shared by every part: they import nothing of the project but each other
 
 

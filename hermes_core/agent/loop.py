@@ -134,6 +134,11 @@ class AIAgent:
         self.request_options = request_options
 
     # -- public API -------------------------------------------------------------------------
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools offered with every model call, as sent."""
+        return self._tool_schemas
+
     def chat(self, message: str) -> str:
         """Run a whole conversation for one message; return the final answer only."""
         return run_sync(lambda: self.achat(message))
@@ -159,8 +164,12 @@ class AIAgent:
         system_message: str | None = None,
         conversation_history: list[dict[str, Any]] | None = None,
         task_id: str | None = None,
+        inspect_sandbox: Callable[[Sandbox], Awaitable[Any]] | None = None,
     ) -> dict[str, Any]:
-        """The loop of SPEC §4. Never raises for model or tool failures: see `failed`/`error`."""
+        """The loop of SPEC §4. Never raises for model or tool failures: see `failed`/`error`.
+        `inspect_sandbox`, given, is awaited with the conversation's sandbox once the conversation
+        ended normally and before the sandbox closes (a verifier's view; opened for it if no tool ran);
+        what it returns is the result's `inspected`."""
         started = time.monotonic()
         session = _Session(self, task_id or uuid.uuid4().hex[:12])
         messages = [dict(m) for m in conversation_history or []] + [{"role": "user", "content": user_message}]
@@ -168,7 +177,7 @@ class AIAgent:
         client = ModelClient(self.endpoint, self._http, on_retry=None if self.quiet_mode else self._say)
         outcome = {"completed": False, "partial": False, "failed": False, "error": None, "stopped": None}
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "reasoning_tokens": 0}
-        api_calls, final, turns_without_valid_call = 0, None, 0
+        api_calls, final, turns_without_valid_call, inspected = 0, None, 0, None
         served_models: list[str] = []
 
         async def call_model(with_tools: bool) -> dict[str, Any]:
@@ -222,6 +231,8 @@ class AIAgent:
                 if turns_without_valid_call >= MAX_TURNS_WITHOUT_VALID_CALL:
                     outcome["partial"] = True
                     break
+            if inspect_sandbox is not None:
+                inspected = await inspect_sandbox(await session.open_sandbox())
         except ModelError as exc:
             outcome.update(failed=True, error=str(exc))
             self._say(f"❌ {exc}")
@@ -251,6 +262,7 @@ class AIAgent:
             "tool_call_mode": self.tool_call_mode,
             "sandbox_created": session.sandbox is not None,
             "sandbox_failed": session.failed,
+            **({"inspected": inspected} if inspect_sandbox is not None else {}),
         }
 
     # -- internals ----------------------------------------------------------------------------
@@ -340,6 +352,10 @@ class _Session:
             self.ctx = ToolContext(sandbox=self.sandbox, task_id=self.task_id, state=self.state,
                                    backends=self.agent.tool_backends, offered=frozenset(self.offered))
         return self.ctx
+
+    async def open_sandbox(self) -> Sandbox:
+        """The conversation's sandbox, opened now if no tool has needed it yet."""
+        return (await self._context()).sandbox
 
     async def close(self) -> None:
         for close in reversed(self.ctx.on_close if self.ctx else []):  # e.g. the sample's browser context

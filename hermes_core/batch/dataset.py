@@ -66,7 +66,7 @@ def sample_key(prompt: str, image: str | None, cwd: str | None, occurrence: int,
     return hashlib.sha256((identity + fingerprint).encode("utf-8")).hexdigest()
 
 
-def _lines(raw: bytes) -> Iterator[tuple[int, str, str | None]]:
+def numbered_lines(raw: bytes) -> Iterator[tuple[int, str, str | None]]:
     """(line number, text, why its bytes are unusable or None) of each line. Records end at a line
     feed only: str.splitlines() would also break on U+2028, U+0085 ..., which JSON strings may hold
     raw. A trailing carriage return goes. Bytes that are not UTF-8 are reported by line, never
@@ -102,7 +102,7 @@ def _has_lone_surrogate(text: str, row: Any) -> bool:
     return False
 
 
-def _check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
+def check_row(text: str) -> tuple[dict[str, Any] | None, str | None]:
     try:
         row = json_loads(text)
     except ValueError as exc:
@@ -172,13 +172,13 @@ def _load(path: Path, fingerprint: str, skip_invalid: bool, max_samples: int | N
     raw = path.read_bytes()
     rows: list[tuple[int, dict[str, Any]]] = []
     invalid: list[InvalidLine] = []
-    for number, text, undecodable in _lines(raw):
+    for number, text, undecodable in numbered_lines(raw):
         if undecodable:
             invalid.append(InvalidLine(number, undecodable))
             continue
         if not text.strip():
             continue
-        row, reason = _check_row(text)
+        row, reason = check_row(text)
         if reason:
             invalid.append(InvalidLine(number, reason))
         else:

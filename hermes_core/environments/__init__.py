@@ -1,0 +1,1 @@
+"""RL environments: tasks, verifiers, rollouts, tokens and masks for trainers (atroposlib only in its adapter)."""
