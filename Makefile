@@ -3,7 +3,7 @@ UI_PORT ?= 3000
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: install local demo demo-local test test-frontend dev validate clean
+.PHONY: install local atropos demo demo-local test test-frontend dev validate clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,13 @@ $(VENV)/.local-installed: $(VENV)/.installed
 
 local: $(VENV)/.local-installed
 
+# RL environments on Atropos: atroposlib, and gguf + transformers for the local model's tokenizer.
+$(VENV)/.atropos-installed: $(VENV)/.local-installed
+	$(PY) -m pip install --quiet -e '.[dev,local,atropos]'
+	touch $@
+
+atropos: $(VENV)/.atropos-installed
+
 demo: install  ## the example dataset through the asset graph on the embedded simulated model
 	VENV=$(VENV) scripts/demo.sh
 
@@ -29,8 +36,8 @@ demo-local: local  ## the example dataset through a REAL local model (SmolLM2-13
 	VENV=$(VENV) scripts/demo_local.sh
 
 # Installs and starts what the suite needs (system packages as root, test images, a private Docker
-# engine, the local model), then runs it; PYTEST_ARGS="-k name" selects tests.
-test: local
+# engine, the local model, the atropos extra), then runs it; PYTEST_ARGS="-k name" selects tests.
+test: local atropos
 	VENV=$(VENV) scripts/test.sh $(PYTEST_ARGS)
 
 # Opt-in, not in CI: Open WebUI (its own ~7 GB venv, offline) against hermes-foundry serve, driven in

@@ -379,7 +379,15 @@ def foundry_main(argv: list[str] | None = None) -> int:
     local.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="context tokens per request")
     local.add_argument("--parallel", type=int, default=1, help="requests decoded at once (match --num_workers)")
     local.add_argument("--verbose", action="store_true", help="llama.cpp's own log lines (per request) on stderr")
+    from hermes_core.environments.command import add_env_arguments  # atroposlib only once a mode runs
+
+    add_env_arguments(commands.add_parser("env", help="RL environments on Atropos: scored rollouts of a task file "
+                                          "(process | serve | evaluate; optional extra: atropos)"))
     args = parser.parse_args(argv)
+    if args.command == "env":
+        from hermes_core.environments.command import env_command
+
+        return env_command(args)
     if args.command == "local-model":
         return serve_local_model(args)
     if args.command == "export":

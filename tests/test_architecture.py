@@ -121,3 +121,8 @@ def test_no_import_loops() -> None:
 @pytest.mark.parametrize("part", [part for part in PARTS if (ROOT / part.replace(".", "/") / "__init__.py").exists()])
 def test_every_part_says_what_it_owns(part: str) -> None:
     assert ast.get_docstring(ast.parse((ROOT / part.replace(".", "/") / "__init__.py").read_text()))
+
+
+def test_only_the_atropos_adapter_imports_atroposlib() -> None:
+    importers = sorted(name for name, imported in GRAPH.items() if any(i.split(".")[0] == "atroposlib" for i in imported))
+    assert importers == ["hermes_core.environments.atropos_env"]

@@ -1,0 +1,183 @@
+"""The Atropos adapter: Hermes Foundry's rollouts as an `atroposlib` environment. The only module
+that imports atroposlib (the optional `atropos` extra: `pip install -e '.[atropos]'`).
+
+`HermesEnv` rolls out a task file's tasks through AIAgent, scores them with their verifiers and
+hands atroposlib scored groups (tokens, masks, scores, messages). Its defaults never reach the
+network: W&B off, no health-check polling, the local GGUF's tokenizer, the API server on 127.0.0.1.
+Subclass it to bring your own tasks and verifiers (README, "RL environments").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import defaultdict
+from statistics import mean, pstdev
+from pathlib import Path
+from typing import Any
+
+# Set before atroposlib imports huggingface_hub, which otherwise looks up huggingface.co even for a
+# tokenizer loaded from a folder; a user who wants the hub sets HF_HUB_OFFLINE=0.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from pydantic import Field
+
+from hermes_core.config import Endpoint
+from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout
+from hermes_core.environments.tasks import Task, load_tasks
+from hermes_core.environments.tokenizer import tokenizer_dir
+from hermes_core.environments.tokens import render_tokens
+from hermes_core.fileio import append_jsonl_durable
+from hermes_core.formats.sharegpt import to_conversations
+from hermes_core.sandbox import SandboxBackend, get_backend
+from hermes_core.tools.distributions import BUILTIN_DISTRIBUTIONS
+
+logger = logging.getLogger(__name__)
+LOCAL_API = "http://127.0.0.1:8000"
+
+
+class HermesEnvConfig(BaseEnvConfig):
+    tasks_file: str = Field(default="", description="JSONL task file (README, 'RL environments')")
+    distribution: str = Field(default="terminal_only", description="toolset distribution drawn per rollout")
+    sandbox: str = Field(default="local", description="sandbox backend: local, docker, modal, singularity")
+    max_turns: int = Field(default=10, description="model calls per rollout")
+    seed: int = Field(default=0, description="seed of the toolset draws")
+    rollout_retries: int = Field(default=2, description="retries of a rollout whose model, sandbox or verifier failed")
+    use_wandb: bool = Field(default=False, description="log to Weights & Biases (off: nothing leaves the machine)")
+    tokenizer_name: str = Field(default="", description="tokenizer folder or cached name; empty: the local GGUF's")
+    rollout_server_url: str = Field(default=LOCAL_API, description="the Atropos API server (run-api)")
+
+
+def server_config(endpoint: Endpoint) -> APIServerConfig:
+    """atroposlib's description of the endpoint, without its once-a-second health-check requests."""
+    return APIServerConfig(model_name=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key,
+                           health_check=False)
+
+
+class GroupFailed(RuntimeError):
+    """A member kept failing after its retries: the group is not scored (never a silent 0)."""
+
+
+class HermesEnv(BaseEnv):
+    name = "hermes"
+    env_config_cls = HermesEnvConfig
+
+    def __init__(self, config: HermesEnvConfig, server_configs: list[APIServerConfig], slurm: bool = False,
+                 testing: bool = False) -> None:
+        if not config.tokenizer_name:
+            config = config.model_copy(update={"tokenizer_name": str(tokenizer_dir())})
+        super().__init__(config, server_configs, slurm, testing)
+        self.endpoint_config = server_configs[0]
+        self.tasks: list[Task] = []
+        self.eval_tasks: list[Task] = []
+        self.backend: SandboxBackend | None = None
+        self.next_index = 0
+
+    @classmethod
+    def config_init(cls) -> tuple[HermesEnvConfig, list[APIServerConfig]]:
+        return HermesEnvConfig(), [server_config(Endpoint("http://127.0.0.1:8000/v1", "none", "hermes-sim"))]
+
+    def load(self) -> list[Task]:
+        """The task file's tasks; a subclass may build them any other way."""
+        return load_tasks(self.config.tasks_file).tasks
+
+    def settings(self) -> RolloutSettings:
+        server = self.endpoint_config
+        endpoint = Endpoint.resolve(server.base_url, server.api_key or "none", server.model_name)
+        return RolloutSettings(endpoint=endpoint, distribution=BUILTIN_DISTRIBUTIONS[self.config.distribution],
+                               seed=self.config.seed, max_turns=self.config.max_turns)
+
+    async def setup(self) -> None:
+        tasks = self.load()
+        self.tasks = [task for task in tasks if task.split == "train"]
+        self.eval_tasks = [task for task in tasks if task.split == "eval"]
+        self.backend = get_backend(self.config.sandbox)
+
+    async def get_next_item(self) -> tuple[Task, int] | None:
+        """Train tasks in file order, again and again; the group number counts the passes."""
+        if not self.tasks:
+            return None
+        index, self.next_index = self.next_index, self.next_index + 1
+        return self.tasks[index % len(self.tasks)], index // len(self.tasks)
+
+    async def rollout(self, task: Task, group: int, member: int) -> Rollout:
+        """One scored rollout, retried while its model, sandbox or verifier fails; GroupFailed after that."""
+        for _attempt in range(self.config.rollout_retries + 1):
+            done = await run_rollout(task, group, member, self.settings(), self.backend)
+            if done.error is None:
+                return done
+            logger.warning("task %s group %d member %d: %s", task.id, group, member, done.error)
+        raise GroupFailed(f"task {task.id}, group {group}, member {member}: {done.error}")
+
+    def scored_group(self, task: Task, group: int, rollouts: list[Rollout]) -> ScoredDataGroup:
+        tokens, masks, messages = [], [], []
+        for rollout in rollouts:
+            tokenized = render_tokens(self.tokenizer, rollout.messages, rollout.tools)
+            if tokenized.trained == 0:
+                raise GroupFailed(f"task {task.id}: a rollout has no assistant token to train on")
+            tokens.append(tokenized.tokens)
+            masks.append(tokenized.masks)
+            messages.append([{**m, "content": m.get("content") or ""} for m in rollout.messages])
+        return ScoredDataGroup(
+            tokens=tokens, masks=masks, scores=[r.reward for r in rollouts], messages=messages,
+            advantages=None, ref_logprobs=None, inference_logprobs=None, images=None, overrides=None,
+            generation_params=None, distill_token_ids=None, distill_logprobs=None,
+            group_overrides={"token_source": tokenized.source, "chat_template": tokenized.template,
+                             "task_id": task.id, "task_key": task.key, "group": group})
+
+    def sharegpt_path(self) -> Path | None:
+        """Beside the groups file: one ShareGPT row per scored rollout (for reward-filtered SFT)."""
+        groups = self.config.data_path_to_save_groups
+        return Path(groups).with_suffix(".sharegpt.jsonl") if groups else None
+
+    def write_rows(self, task: Task, rollouts: list[Rollout]) -> None:
+        if (path := self.sharegpt_path()) is None:
+            return
+        for rollout in rollouts:
+            append_jsonl_durable(path, {
+                "conversations": to_conversations(rollout.messages, [tool["function"] for tool in rollout.tools]),
+                "task_id": task.id, "category": task.category, "reward": rollout.reward, "detail": rollout.detail,
+                "group": rollout.group, "member": rollout.member, "rollout_key": rollout.key,
+                "toolsets": rollout.toolsets, "model": self.endpoint_config.model_name,
+                "served_model": rollout.served_model})
+
+    async def collect_trajectories(self, item: tuple[Task, int]) -> tuple[ScoredDataGroup | None, list[Any]]:
+        task, group = item
+        try:
+            rollouts = await asyncio.gather(*(self.rollout(task, group, m) for m in range(self.config.group_size)))
+            scored = self.scored_group(task, group, list(rollouts))
+        except GroupFailed as exc:
+            logger.error("group not scored: %s", exc)
+            return None, []
+        self.write_rows(task, list(rollouts))
+        return scored, []
+
+    async def run_evaluation(self) -> dict[str, float]:
+        await self.setup()
+        return await self.evaluate()
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """One rollout per eval task: pass rate, mean and spread of rewards per category, errors."""
+        started = time.time()
+        done = await asyncio.gather(*(run_rollout(task, 0, 0, self.settings(), self.backend)
+                                      for task in self.eval_tasks))
+        by_category: dict[str, list[float]] = defaultdict(list)
+        for task, rollout in zip(self.eval_tasks, done):
+            if rollout.error is None:
+                by_category[task.category].append(rollout.reward)
+        scored = [reward for rewards in by_category.values() for reward in rewards]
+        metrics = {"eval/tasks": float(len(done)), "eval/errors": float(sum(r.error is not None for r in done)),
+                   "eval/pass_rate": mean(float(r >= 1.0) for r in scored) if scored else 0.0,
+                   "eval/mean_reward": mean(scored) if scored else 0.0}
+        for category, rewards in sorted(by_category.items()):
+            metrics[f"eval/{category}/mean_reward"] = mean(rewards)
+            metrics[f"eval/{category}/std_reward"] = pstdev(rewards)
+        samples = [{"task_id": t.id, "category": t.category, "reward": r.reward, "error": r.error,
+                    "messages": r.messages} for t, r in zip(self.eval_tasks, done)]
+        await self.evaluate_log(metrics, model_name=self.endpoint_config.model_name, start_time=started,
+                                end_time=time.time(), samples=samples, verbose=False)
+        return metrics
+

@@ -1,0 +1,78 @@
+"""`hermes-foundry env process|serve|evaluate`: a task file's RL environment in atroposlib's three modes.
+
+- process: scored groups to a JSONL file, no API server (`--groups` groups of `--group_size`)
+- serve: groups to a running Atropos API server (`run-api`) until the trainer's `--steps` are reached
+- evaluate: one rollout per `split: eval` task; metrics and samples to `--eval_dir`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+MODES = ("process", "serve", "evaluate")
+
+
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mode", choices=MODES, help="process: groups to a file; serve: to run-api; evaluate: eval split")
+    parser.add_argument("--tasks", required=True, help="JSONL task file (README, 'RL environments')")
+    parser.add_argument("--base_url", help="OpenAI-compatible endpoint (default $HERMES_BASE_URL / $OPENAI_BASE_URL)")
+    parser.add_argument("--model", help="model name (default $HERMES_MODEL)")
+    parser.add_argument("--api_key", help="API key (default $HERMES_API_KEY / $OPENAI_API_KEY)")
+    parser.add_argument("--group_size", type=int, default=4, help="rollouts per group (GRPO's group)")
+    parser.add_argument("--groups", type=int, default=8, help="process: how many groups to write")
+    parser.add_argument("--out", default="groups.jsonl", help="process: the groups file (atroposlib's JSONL)")
+    parser.add_argument("--api_url", default="http://127.0.0.1:8000", help="serve: the Atropos API server")
+    parser.add_argument("--steps", type=int, default=1000, help="serve: stop once the trainer reached this step")
+    parser.add_argument("--name", default="hermes", help="serve: the environment's name at the API server")
+    parser.add_argument("--eval_dir", default="eval", help="evaluate: where metrics.json and samples.jsonl go")
+    parser.add_argument("--distribution", default="terminal_only", help="toolset distribution drawn per rollout")
+    parser.add_argument("--sandbox", default="local", help="sandbox backend (local, docker, modal, singularity)")
+    parser.add_argument("--max_turns", type=int, default=10, help="model calls per rollout")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the toolset draws")
+    parser.add_argument("--tokenizer", default="", help="tokenizer folder (default: the local GGUF model's)")
+    parser.add_argument("--max_token_length", type=int, default=8192, help="longest sequence sent")
+    parser.add_argument("--keep_equal_scores", action="store_true",
+                        help="keep groups whose rollouts all scored the same (atroposlib drops them: no GRPO signal)")
+    parser.add_argument("--wandb", action="store_true", help="log to Weights & Biases (off by default)")
+
+
+def env_command(args: argparse.Namespace) -> int:
+    """Run one mode; a bad task file or a missing extra is one line on stderr, exit 2."""
+    from hermes_core.config import Endpoint
+    from hermes_core.environments.tasks import TaskFileError, load_tasks
+
+    try:
+        load_tasks(args.tasks)  # every line checked before anything starts
+        endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
+        from hermes_core.environments.atropos_env import HermesEnv, HermesEnvConfig, server_config
+    except (TaskFileError, ValueError) as exc:
+        print(f"hermes-foundry env: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"hermes-foundry env: needs the optional atropos extra (pip install -e '.[atropos]'): {exc}",
+              file=sys.stderr)
+        return 2
+    config = HermesEnvConfig(
+        tasks_file=args.tasks, group_size=args.group_size, distribution=args.distribution, sandbox=args.sandbox,
+        max_turns=args.max_turns, seed=args.seed, tokenizer_name=args.tokenizer, use_wandb=args.wandb,
+        max_token_length=args.max_token_length, total_steps=args.steps if args.mode == "serve" else args.groups,
+        rollout_server_url=args.api_url, wandb_name=args.name, ensure_scores_are_not_same=not args.keep_equal_scores,
+        data_path_to_save_groups=str(Path(args.out).resolve()) if args.mode == "process" else None,
+        data_dir_to_save_evals=str(Path(args.eval_dir).resolve()) if args.mode == "evaluate" else None,
+    )
+    env = HermesEnv(config, [server_config(endpoint)])
+    if args.mode == "process":
+        env.process_mode, env.n_groups_to_process, env.group_size_to_process = True, args.groups, args.group_size
+        env.max_token_len = args.max_token_length  # a trainer sets it when serving; here the flag does
+        asyncio.run(env.process_manager())
+        print(f"wrote {env.curr_step} group(s) of {args.group_size} to {env.config.data_path_to_save_groups}")
+    elif args.mode == "serve":
+        asyncio.run(env.env_manager())
+    else:
+        metrics = asyncio.run(env.run_evaluation())
+        print(json.dumps(metrics, indent=2))
+    return 0

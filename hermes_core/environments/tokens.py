@@ -1,0 +1,101 @@
+"""Tokens and masks a trainer can use, rendered from a rollout's messages with a chat template.
+
+Masks follow atroposlib's convention: -100 on tokens the trainer must not learn (system, user and
+tool turns, the template's headers), the token id itself on every assistant turn's tokens. Tokens
+come from rendering the finished conversation (`source: rendered`); tokens a server generated are
+recorded as `generated` by whoever has them, so the two are never mixed silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+IGNORE = -100
+RENDERED, GENERATED = "rendered", "generated"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot render this conversation so that its turns line up with tokens."""
+
+
+class ChatTokenizer(Protocol):  # what transformers' PreTrainedTokenizerFast offers
+    chat_template: str | None
+
+    def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
+
+    def __call__(self, text: str, **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    tokens: list[int]
+    masks: list[int]
+    source: str  # RENDERED or GENERATED
+    template: str  # "model" (the tokenizer's own) or "hermes" (ours: the model's cannot render tools)
+
+    @property
+    def trained(self) -> int:
+        return sum(mask != IGNORE for mask in self.masks)
+
+
+def hermes_template() -> str:
+    return resources.files("hermes_core.environments").joinpath("hermes_template.jinja").read_text("utf-8")
+
+
+def template_for(tokenizer: ChatTokenizer) -> tuple[str, str]:
+    """The tokenizer's own template when it renders tools and tool calls, else ours (ChatML, Hermes format)."""
+    own = tokenizer.chat_template
+    if isinstance(own, str) and "tools" in own and "tool_calls" in own:
+        return own, "model"
+    return hermes_template(), "hermes"
+
+
+def _render(tokenizer: ChatTokenizer, template: str, messages: list[dict[str, Any]],
+            tools: list[dict[str, Any]] | None, generation_prompt: bool = False) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools or None, chat_template=template, tokenize=False,
+                                         add_generation_prompt=generation_prompt)
+
+
+def assistant_spans(tokenizer: ChatTokenizer, template: str, messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]] | None) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and the character span of each assistant turn in it: from after the
+    generation prompt to the end of the turn (its end-of-turn token included, trailing newlines not)."""
+    full = _render(tokenizer, template, messages, tools)
+    spans = []
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        before = _render(tokenizer, template, messages[:index], tools, generation_prompt=True)
+        through = _render(tokenizer, template, messages[: index + 1], tools)
+        if not (full.startswith(before) and full.startswith(through) and len(through) > len(before)):
+            raise TemplateError(f"the chat template renders turn {index + 1} differently as a prefix than in "
+                                "the whole conversation: its tokens cannot be attributed to turns")
+        spans.append((len(before), len(through.rstrip("\n"))))
+    return full, spans
+
+
+def render_tokens(tokenizer: ChatTokenizer, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None = None) -> Tokenized:
+    """Tokens of the whole conversation and masks giving every assistant turn's tokens to the trainer."""
+    template, name = template_for(tokenizer)
+    text, spans = assistant_spans(tokenizer, template, messages, tools)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    tokens, masks = list(encoded["input_ids"]), []
+    for token, (start, end) in zip(tokens, encoded["offset_mapping"]):
+        inside = any(low <= start and end <= high for low, high in spans) and end > start
+        masks.append(token if inside else IGNORE)
+    return Tokenized(tokens, masks, RENDERED, name)
+
+
+def trained_spans(masks: list[int]) -> list[tuple[int, int]]:
+    """[start, end) runs of trained positions (one per assistant turn when rendered)."""
+    spans, start = [], None
+    for index, mask in enumerate([*masks, IGNORE]):
+        if mask != IGNORE and start is None:
+            start = index
+        elif mask == IGNORE and start is not None:
+            spans.append((start, index))
+            start = None
+    return spans

@@ -1,0 +1,57 @@
+"""Tokens and masks from a rollout's messages: every assistant turn trained, nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_core.environments.tokens import IGNORE, Tokenized, render_tokens, trained_spans
+
+pytest.importorskip("gguf", reason="the atropos extra (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_cache):
+    from hermes_core.environments.tokenizer import load_tokenizer, tokenizer_dir
+
+    return load_tokenizer(tokenizer_dir(cache_dir=tokenizer_cache))
+
+
+TOOLS = [{"type": "function", "function": {"name": "terminal", "description": "Run a command",
+                                            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+CALL = {"id": "call_0", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "echo 42 > a.txt"}'}}
+MESSAGES = [
+    {"role": "system", "content": "You are careful."},
+    {"role": "user", "content": "Write 42 to a.txt"},
+    {"role": "assistant", "content": "I'll write it.", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_0", "name": "terminal", "content": '{"output": "", "exit_code": 0}'},
+    {"role": "assistant", "content": "Done: a.txt holds 42."},
+]
+
+
+def test_masks_train_exactly_the_assistant_turns(tokenizer):
+    tokenized = render_tokens(tokenizer, MESSAGES, TOOLS)
+    assert isinstance(tokenized, Tokenized) and (tokenized.source, tokenized.template) == ("rendered", "hermes")
+    assert len(tokenized.tokens) == len(tokenized.masks)
+    assert all(m in (IGNORE, t) for t, m in zip(tokenized.tokens, tokenized.masks))
+    spans = trained_spans(tokenized.masks)
+    decoded = [tokenizer.decode(tokenized.tokens[a:b]) for a, b in spans]
+    assert decoded == [
+        "I'll write it.\n<tool_call>\n"
+        '{"name": "terminal", "arguments": {"command": "echo 42 > a.txt"}}\n</tool_call><|im_end|>',
+        "Done: a.txt holds 42.<|im_end|>",
+    ]
+    whole = tokenizer.decode(tokenized.tokens)
+    assert whole.startswith("<|im_start|>system\nYou are careful.\n\nYou can call functions.")
+    assert json.dumps(TOOLS[0]["function"]) in whole  # the offered tool is rendered
+    assert tokenized.tokens == tokenizer(whole, add_special_tokens=False)["input_ids"]
+
+
+def test_user_system_and_tool_text_is_never_trained(tokenizer):
+    tokenized = render_tokens(tokenizer, MESSAGES, TOOLS)
+    untrained = tokenizer.decode([t for t, m in zip(tokenized.tokens, tokenized.masks) if m == IGNORE])
+    for text in ("Write 42 to a.txt", "You are careful.", '"exit_code": 0', "<|im_start|>assistant"):
+        assert text in untrained
+    trained = tokenizer.decode([t for t, m in zip(tokenized.tokens, tokenized.masks) if m != IGNORE])
+    assert "Write 42" not in trained and "exit_code" not in trained and "<|im_start|>" not in trained
