@@ -26,13 +26,14 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from hermes_core.config import Endpoint
-from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout
+from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout, spec_verdict
 from hermes_core.environments.tasks import Task, load_tasks
+from hermes_core.environments.verifiers import Verdict
 from hermes_core.environments.tokenizer import tokenizer_dir
 from hermes_core.environments.tokens import render_tokens
 from hermes_core.fileio import append_jsonl_durable
 from hermes_core.formats.sharegpt import to_conversations
-from hermes_core.sandbox import SandboxBackend, get_backend
+from hermes_core.sandbox import Sandbox, SandboxBackend, get_backend
 from hermes_core.tools.distributions import BUILTIN_DISTRIBUTIONS
 
 logger = logging.getLogger(__name__)
@@ -84,11 +85,16 @@ class HermesEnv(BaseEnv):
         """The task file's tasks; a subclass may build them any other way."""
         return load_tasks(self.config.tasks_file).tasks
 
+    def verify(self, task: Task, sandbox: Sandbox) -> Verdict:
+        """The rollout's verdict, in its sandbox before it closes (a worker thread: blocking is fine).
+        Default: the task's verifier spec. Raise VerifierError when no verdict can be given."""
+        return spec_verdict(task, sandbox)
+
     def settings(self) -> RolloutSettings:
         server = self.endpoint_config
         endpoint = Endpoint.resolve(server.base_url, server.api_key or "none", server.model_name)
         return RolloutSettings(endpoint=endpoint, distribution=BUILTIN_DISTRIBUTIONS[self.config.distribution],
-                               seed=self.config.seed, max_turns=self.config.max_turns)
+                               seed=self.config.seed, max_turns=self.config.max_turns, verify=self.verify)
 
     async def setup(self) -> None:
         tasks = self.load()

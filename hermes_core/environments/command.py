@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 MODES = ("process", "serve", "evaluate")
 
 
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", choices=MODES, help="process: groups to a file; serve: to run-api; evaluate: eval split")
-    parser.add_argument("--tasks", required=True, help="JSONL task file (README, 'RL environments')")
+    parser.add_argument("--tasks", help="JSONL task file (README, 'RL environments'); optional with an --env_class "
+                        "that builds its own tasks")
+    parser.add_argument("--env_class", help="your environment: module:Class or path/to/file.py:Class, a subclass of "
+                        "hermes_core.environments.atropos_env.HermesEnv (default: HermesEnv)")
     parser.add_argument("--base_url", help="OpenAI-compatible endpoint (default $HERMES_BASE_URL / $OPENAI_BASE_URL)")
     parser.add_argument("--model", help="model name (default $HERMES_MODEL)")
     parser.add_argument("--api_key", help="API key (default $HERMES_API_KEY / $OPENAI_API_KEY)")
@@ -40,15 +46,43 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wandb", action="store_true", help="log to Weights & Biases (off by default)")
 
 
+def environment_class(spec: str | None) -> Any:
+    """HermesEnv, or the subclass `spec` names (module:Class or file.py:Class); ValueError saying what is wrong."""
+    from hermes_core.environments.atropos_env import HermesEnv
+
+    if not spec:
+        return HermesEnv
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"--env_class {spec!r}: expected module:Class or path/to/file.py:Class")
+    if where.endswith(".py"):
+        if not Path(where).is_file():
+            raise ValueError(f"--env_class {spec!r}: no such file {where}")
+        loader = importlib.util.spec_from_file_location(Path(where).stem, where)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    found = getattr(module, name, None)
+    if not (isinstance(found, type) and issubclass(found, HermesEnv)):
+        raise ValueError(f"--env_class {spec!r}: {name} is not a subclass of HermesEnv")
+    return found
+
+
 def env_command(args: argparse.Namespace) -> int:
     """Run one mode; a bad task file or a missing extra is one line on stderr, exit 2."""
     from hermes_core.config import Endpoint
     from hermes_core.environments.tasks import TaskFileError, load_tasks
 
     try:
-        load_tasks(args.tasks)  # every line checked before anything starts
+        if args.tasks:
+            load_tasks(args.tasks)  # every line checked before anything starts
+        elif not args.env_class:
+            raise ValueError("give --tasks (a task file) or --env_class (an environment that builds its tasks)")
         endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
-        from hermes_core.environments.atropos_env import HermesEnv, HermesEnvConfig, server_config
+        from hermes_core.environments.atropos_env import HermesEnvConfig, server_config
+
+        env_class = environment_class(args.env_class)
     except (TaskFileError, ValueError) as exc:
         print(f"hermes-foundry env: {exc}", file=sys.stderr)
         return 2
@@ -57,14 +91,14 @@ def env_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     config = HermesEnvConfig(
-        tasks_file=args.tasks, group_size=args.group_size, distribution=args.distribution, sandbox=args.sandbox,
+        tasks_file=args.tasks or "", group_size=args.group_size, distribution=args.distribution, sandbox=args.sandbox,
         max_turns=args.max_turns, seed=args.seed, tokenizer_name=args.tokenizer, use_wandb=args.wandb,
         max_token_length=args.max_token_length, total_steps=args.steps if args.mode == "serve" else args.groups,
         rollout_server_url=args.api_url, wandb_name=args.name, ensure_scores_are_not_same=not args.keep_equal_scores,
         data_path_to_save_groups=str(Path(args.out).resolve()) if args.mode == "process" else None,
         data_dir_to_save_evals=str(Path(args.eval_dir).resolve()) if args.mode == "evaluate" else None,
     )
-    env = HermesEnv(config, [server_config(endpoint)])
+    env = env_class(config, [server_config(endpoint)])
     if args.mode == "process":
         env.process_mode, env.n_groups_to_process, env.group_size_to_process = True, args.groups, args.group_size
         env.max_token_len = args.max_token_length  # a trainer sets it when serving; here the flag does

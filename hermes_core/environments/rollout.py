@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 
@@ -29,6 +29,8 @@ class RolloutSettings:
     max_tokens: int | None = None
     tool_call_mode: str = "native"
     system_prompt: str | None = None
+    # task, sandbox -> verdict, in a worker thread (default: the task's verifier spec)
+    verify: Callable[[Task, Sandbox], Verdict] | None = None
 
 
 @dataclass
@@ -62,9 +64,16 @@ def draw_toolsets(settings: RolloutSettings, task: Task, group: int, member: int
     return sample_toolsets(settings.distribution, settings.seed, rollout_key(task.key, group, member))
 
 
-async def _inspect(task: Task, sandbox: Sandbox) -> Verdict | VerifierError:
-    try:
-        return await asyncio.to_thread(verify, task.verifier, sandbox)  # the event loop keeps serving
+def spec_verdict(task: Task, sandbox: Sandbox) -> Verdict:
+    """The verdict of the task's own verifier spec."""
+    if task.verifier is None:
+        raise VerifierError(f"task {task.id} has no verifier")
+    return verify(task.verifier, sandbox)
+
+
+async def _inspect(task: Task, sandbox: Sandbox, settings: RolloutSettings) -> Verdict | VerifierError:
+    try:  # in a worker thread: the event loop keeps serving the other rollouts
+        return await asyncio.to_thread(settings.verify or spec_verdict, task, sandbox)
     except VerifierError as exc:
         return exc
 
@@ -85,7 +94,7 @@ async def run_rollout(task: Task, group: int, member: int, settings: RolloutSett
     )
     rollout = Rollout(task.id, task.key, group, member, toolsets, toolset_seed, tools=agent.tool_schemas)
     result = await agent.arun_conversation(task.prompt, task_id=rollout.key[:16],
-                                           inspect_sandbox=lambda sandbox: _inspect(task, sandbox))
+                                           inspect_sandbox=lambda sandbox: _inspect(task, sandbox, settings))
     system = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     rollout.messages = system + [{k: v for k, v in m.items() if k != "reasoning"} for m in result["messages"]]
     rollout.api_calls, rollout.usage, rollout.served_model = result["api_calls"], result["usage"], result["served_model"]

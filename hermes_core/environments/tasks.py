@@ -27,8 +27,8 @@ class TaskFileError(ValueError):
 class Task:
     id: str
     prompt: str
-    verifier: VerifierSpec
-    line: int
+    verifier: VerifierSpec | None = None  # None: the environment scores the task itself (HermesEnv.verify)
+    line: int = 0
     image: str | None = None
     cwd: str | None = None
     category: str = "default"
@@ -38,8 +38,9 @@ class Task:
     @property
     def key(self) -> str:
         """The task's content key: a changed prompt, image, cwd or verifier is a new task."""
+        verifier = self.verifier.identity() if self.verifier else None
         identity = json.dumps({"id": self.id, "prompt": self.prompt, "image": self.image, "cwd": self.cwd,
-                               "verifier": self.verifier.identity()}, sort_keys=True, ensure_ascii=False)
+                               "verifier": verifier}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(identity.encode("utf-8")).hexdigest()
 
 

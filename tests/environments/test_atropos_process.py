@@ -4,6 +4,7 @@ group, rewards follow the scripted outcomes, masks cover exactly the assistant t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,20 @@ def test_a_bad_task_file_is_one_line_and_nothing_runs(tmp_path, sim_url, capsys)
     assert foundry_main(["env", "process", "--tasks", str(bad), "--base_url", sim_url]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"hermes-foundry env: {bad}: 1 invalid line(s)") and "line 1: missing field 'verifier'" in err
+
+
+def test_the_documented_example_environment_runs_with_its_own_tasks_and_verifier(tmp_path, sim_url, monkeypatch, cache):
+    example = Path(__file__).resolve().parents[2] / "examples" / "rl_environment.py"
+    monkeypatch.setenv("HERMES_CACHE_DIR", str(cache))
+    monkeypatch.chdir(tmp_path)
+    assert foundry_main(["env", "process", "--env_class", f"{example}:CountingEnv", "--base_url", sim_url,
+                         "--groups", "3", "--group_size", "2", "--keep_equal_scores", "--out", "counting.jsonl"]) == 0
+    groups = [json.loads(line) for line in (tmp_path / "counting.jsonl").read_text().splitlines()]
+    assert [(g["group_overrides"]["task_id"], g["scores"]) for g in groups] == [
+        ("count-3", [1.0, 1.0]), ("count-5", [1.0, 1.0]), ("count-8", [0.875, 0.875])]
+
+
+def test_an_env_class_that_is_not_an_environment_is_one_line(tmp_path, sim_url, capsys):
+    assert foundry_main(["env", "process", "--env_class", "json:JSONDecoder", "--base_url", sim_url]) == 2
+    assert capsys.readouterr().err == ("hermes-foundry env: --env_class 'json:JSONDecoder': JSONDecoder is not a "
+                                       "subclass of HermesEnv\n")

@@ -55,3 +55,12 @@ def test_user_system_and_tool_text_is_never_trained(tokenizer):
         assert text in untrained
     trained = tokenizer.decode([t for t, m in zip(tokenized.tokens, tokenized.masks) if m != IGNORE])
     assert "Write 42" not in trained and "exit_code" not in trained and "<|im_start|>" not in trained
+
+
+def test_a_turn_of_calls_only_starts_with_its_first_call(tokenizer):
+    second = {**CALL, "id": "call_1"}
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [CALL, second]}]
+    tokenized = render_tokens(tokenizer, messages, TOOLS)
+    (start, end), = trained_spans(tokenized.masks)
+    block = '<tool_call>\n{"name": "terminal", "arguments": {"command": "echo 42 > a.txt"}}\n</tool_call>'
+    assert tokenizer.decode(tokenized.tokens[start:end]) == f"{block}\n{block}<|im_end|>"
