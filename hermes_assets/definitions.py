@@ -1,7 +1,8 @@
 """The Dagster code location: one asset group per run (saved under the data root by the CLI, or
 declared in the runs file), with its asset checks, its jobs and its dataset sensor; two sensors for all
-runs (the refresh chain, the dataset watch); each problem of the runs file is a failing
-`<run>/declaration` asset (declarations.py) instead of a load error."""
+runs (the refresh chain, the dataset watch); one asset group per environment run of the runs file
+(environment_assets.py); each problem of the runs file is a failing `<run>/declaration` asset
+(declarations.py) instead of a load error."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from hermes_assets.export_assets import build_export_assets
 from hermes_assets.partition_checks import build_partition_checks
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.run_assets import build_run_assets
-from hermes_assets.runs_file import resolve_runs
+from hermes_assets.runs_file import environment_runs, resolve_runs
+from hermes_assets.environment_assets import build_environment_assets, build_environment_checks
 from hermes_assets.datasets_sensor import build_datasets_sensor
 from hermes_assets.sensors import build_chain_sensor, build_dataset_sensor, build_run_jobs
 from hermes_assets.table_assets import build_table_assets
@@ -39,9 +41,15 @@ def build_definitions(
 ) -> dg.Definitions:
     """`recipes` defaults to the saved runs under `root` merged with the runs file (runs_file.py)."""
     root = data_root(root)
-    recipes, problems = resolve_runs(root) if recipes is None else (recipes, [])
+    declared = recipes is None
+    recipes, problems = resolve_runs(root) if declared else (recipes, [])
+    environments, env_problems = environment_runs(root, {recipe.run_name for recipe in recipes}) if declared else ([], [])
+    problems += env_problems
     log_problems(problems)
     assets, checks, jobs, sensors, jobs_of = build_declaration_assets(problems), [], [], [], {}
+    for environment in environments:
+        assets += build_environment_assets(environment, root)
+        checks += build_environment_checks(environment, root)
     for recipe in recipes:
         assets += build_run_assets(recipe, root) + build_compression_assets(recipe, root)
         assets += build_export_assets(recipe, root) + build_table_assets(recipe, root)

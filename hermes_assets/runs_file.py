@@ -37,6 +37,7 @@ from hermes_assets.compression_assets import validate_compression_settings
 from hermes_assets.yaml_entries import YamlFileError, read_list, scalar_of
 
 from hermes_core.config import ledger_location
+from hermes_core.environments.env_run import EnvRun, EnvRunError
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import has_records
 from hermes_core.batch.recipe import (FINGERPRINT_FIELDS, Recipe, RecipeError, list_recipes, run_dir,
@@ -47,6 +48,8 @@ DEFAULT_NAME = "runs.yaml"
 REQUIRED = ("run_name", "dataset_file", "model")
 PATH_FIELDS = ("dataset_file", "distributions_file")
 KNOWN = tuple(f.name for f in dataclasses.fields(Recipe))
+ENV_KEY = "tasks_file"  # an entry with one is an environment run (hermes_core.environments.env_run)
+ENV_FIELDS = tuple(f.name for f in dataclasses.fields(EnvRun))
 SHORT = reprlib.Repr()  # a wrong value in a problem line: its start, however large the value
 SHORT.maxstring, SHORT.maxother = 80, 80
 # Fingerprinted only when set (Recipe._compute_fingerprint), so named when they differ in a conflict.
@@ -151,6 +154,8 @@ def _entry_problems(path: Path, number: int, entry: Any,
     holds the run names declared so far (casefolded: their entry and spelling)."""
     if not isinstance(entry, dict):
         return None, [RunsFileProblem(path, f"expected a mapping of settings, got {type(entry).__name__}", number)]
+    if ENV_KEY in entry:
+        return None, []  # an environment run: environment_runs reads it
     name = entry.get("run_name") if isinstance(entry.get("run_name"), str) else None
     at = {"file": path, "entry": number, "run_name": name}
     problems = []
@@ -221,6 +226,38 @@ def _declared(path: Path, entries: list | None) -> tuple[list[Declared], list[Ru
         if recipe is not None:
             declared.append(Declared(entry.number, recipe))
     return declared, problems
+
+
+def environment_runs(root: Path, run_names: set[str] = frozenset()) -> tuple[list[EnvRun], list[RunsFileProblem]]:
+    """The runs file's environment runs (entries with a `tasks_file`) and their problems, each naming
+    the entry and the setting; a bad entry, or one named like a batch run in `run_names` (they would
+    share a folder and an asset group), costs only itself."""
+    taken = {name.casefold() for name in run_names}
+    try:
+        path = runs_file_path(root)
+        entries = read_list(path.read_text(encoding="utf-8"), "runs", wrapper="runs") if path else []
+    except (RunsFileError, OSError, UnicodeDecodeError, YamlFileError):
+        return [], []  # resolve_runs reports what is wrong with the file itself
+    runs, problems, seen = [], [], set()
+    for entry in entries or []:
+        value = entry.value
+        if entry.problem or not isinstance(value, dict) or ENV_KEY not in value:
+            continue
+        name = value.get("env_name") if isinstance(value.get("env_name"), str) else None
+        try:
+            run = EnvRun.from_mapping(value, path.parent)
+            if run.env_name.casefold() in seen:
+                raise EnvRunError(f"env_name {run.env_name!r} is declared twice; this entry is ignored")
+            if run.env_name.casefold() in taken:
+                raise EnvRunError(f"env_name {run.env_name!r} is the name of a batch run (they would share a "
+                                  "folder); this entry is ignored")
+        except EnvRunError as exc:
+            field = next((w.strip("'") for w in str(exc).split() if w.strip("'") in ENV_FIELDS), None)
+            problems.append(RunsFileProblem(path, str(exc), entry.number, name, field))
+            continue
+        seen.add(run.env_name.casefold())
+        runs.append(run)
+    return runs, problems
 
 
 def load_runs_file(path: Path) -> list[Recipe]:

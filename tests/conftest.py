@@ -1,8 +1,10 @@
-"""Shared fixtures: a real simulated model endpoint on 127.0.0.1 and isolated data/Dagster homes."""
+"""Shared fixtures: a real simulated model endpoint on 127.0.0.1, isolated data/Dagster homes, the
+local model's converted tokenizer (once per session)."""
 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,17 @@ def isolated_homes(tmp_path, monkeypatch):
     (tmp_path / "dagster_home").mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_cache(tmp_path_factory) -> Path:
+    """A private cache folder holding the bundled model's converted tokenizer."""
+    pytest.importorskip("gguf", reason="the atropos extra (make test installs it)")
+    from hermes_core.endpoints.local_model import bundled_gguf
+    from hermes_core.environments.tokenizer import tokenizer_dir
+
+    if bundled_gguf() is None:
+        pytest.skip("needs the bundled SmolLM2 GGUF (make local)")
+    cache = tmp_path_factory.mktemp("cache") / "tokenizers"  # the layout under $HERMES_CACHE_DIR
+    tokenizer_dir(None, cache_dir=cache)
+    return cache

@@ -22,15 +22,17 @@ from typing import Any
 # tokenizer loaded from a folder; a user who wants the hub sets HF_HUB_OFFLINE=0.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from atroposlib.api.server import ScoredData
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from hermes_core.config import Endpoint
+from hermes_core.environments.groups import (GroupFailed, group_record, rollout_with_retries, scored_data,
+                                             settings_fingerprint)
 from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout, spec_verdict
 from hermes_core.environments.tasks import Task, load_tasks
 from hermes_core.environments.verifiers import Verdict
 from hermes_core.environments.tokenizer import tokenizer_dir
-from hermes_core.environments.tokens import render_tokens
 from hermes_core.fileio import append_jsonl_durable
 from hermes_core.formats.sharegpt import to_conversations
 from hermes_core.sandbox import Sandbox, SandboxBackend, get_backend
@@ -52,14 +54,20 @@ class HermesEnvConfig(BaseEnvConfig):
     rollout_server_url: str = Field(default=LOCAL_API, description="the Atropos API server (run-api)")
 
 
+def schema_problem(record: dict[str, Any]) -> str | None:
+    """Why atroposlib's API server would refuse the group (its own ScoredData model), or None."""
+    try:
+        ScoredData(**scored_data(record))
+    except ValidationError as exc:
+        return f"{exc.error_count()} error(s) against atroposlib's ScoredData: {exc.errors()[0]['msg']} at " + \
+            ".".join(map(str, exc.errors()[0]["loc"]))
+    return None
+
+
 def server_config(endpoint: Endpoint) -> APIServerConfig:
     """atroposlib's description of the endpoint, without its once-a-second health-check requests."""
     return APIServerConfig(model_name=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key,
                            health_check=False)
-
-
-class GroupFailed(RuntimeError):
-    """A member kept failing after its retries: the group is not scored (never a silent 0)."""
 
 
 class HermesEnv(BaseEnv):
@@ -109,31 +117,6 @@ class HermesEnv(BaseEnv):
         index, self.next_index = self.next_index, self.next_index + 1
         return self.tasks[index % len(self.tasks)], index // len(self.tasks)
 
-    async def rollout(self, task: Task, group: int, member: int) -> Rollout:
-        """One scored rollout, retried while its model, sandbox or verifier fails; GroupFailed after that."""
-        for _attempt in range(self.config.rollout_retries + 1):
-            done = await run_rollout(task, group, member, self.settings(), self.backend)
-            if done.error is None:
-                return done
-            logger.warning("task %s group %d member %d: %s", task.id, group, member, done.error)
-        raise GroupFailed(f"task {task.id}, group {group}, member {member}: {done.error}")
-
-    def scored_group(self, task: Task, group: int, rollouts: list[Rollout]) -> ScoredDataGroup:
-        tokens, masks, messages = [], [], []
-        for rollout in rollouts:
-            tokenized = render_tokens(self.tokenizer, rollout.messages, rollout.tools)
-            if tokenized.trained == 0:
-                raise GroupFailed(f"task {task.id}: a rollout has no assistant token to train on")
-            tokens.append(tokenized.tokens)
-            masks.append(tokenized.masks)
-            messages.append([{**m, "content": m.get("content") or ""} for m in rollout.messages])
-        return ScoredDataGroup(
-            tokens=tokens, masks=masks, scores=[r.reward for r in rollouts], messages=messages,
-            advantages=None, ref_logprobs=None, inference_logprobs=None, images=None, overrides=None,
-            generation_params=None, distill_token_ids=None, distill_logprobs=None,
-            group_overrides={"token_source": tokenized.source, "chat_template": tokenized.template,
-                             "task_id": task.id, "task_key": task.key, "group": group})
-
     def sharegpt_path(self) -> Path | None:
         """Beside the groups file: one ShareGPT row per scored rollout (for reward-filtered SFT)."""
         groups = self.config.data_path_to_save_groups
@@ -152,14 +135,18 @@ class HermesEnv(BaseEnv):
 
     async def collect_trajectories(self, item: tuple[Task, int]) -> tuple[ScoredDataGroup | None, list[Any]]:
         task, group = item
+        settings, size = self.settings(), self.config.group_size
         try:
-            rollouts = await asyncio.gather(*(self.rollout(task, group, m) for m in range(self.config.group_size)))
-            scored = self.scored_group(task, group, list(rollouts))
+            rollouts = list(await asyncio.gather(*(
+                rollout_with_retries(task, group, member, settings, self.backend, self.config.rollout_retries)
+                for member in range(size))))
+            record = group_record(task, group, rollouts, self.tokenizer, settings_fingerprint(settings, size),
+                                  settings.endpoint.model)
         except GroupFailed as exc:
             logger.error("group not scored: %s", exc)
             return None, []
-        self.write_rows(task, list(rollouts))
-        return scored, []
+        self.write_rows(task, rollouts)
+        return ScoredDataGroup(**scored_data(record)), []
 
     async def run_evaluation(self) -> dict[str, float]:
         await self.setup()
