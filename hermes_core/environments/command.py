@@ -21,8 +21,9 @@ MODES = ("process", "serve", "evaluate")
 
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", choices=MODES, help="process: groups to a file; serve: to run-api; evaluate: eval split")
-    parser.add_argument("--tasks", help="JSONL task file (README, 'RL environments'); optional with an --env_class "
-                        "that builds its own tasks")
+    parser.add_argument("--tasks", help="JSONL task file (README, 'RL environments'), or a built-in environment: "
+                        "builtin:coding, builtin:terminal, builtin:task_folders; optional with an --env_class that "
+                        "builds its own tasks")
     parser.add_argument("--env_class", help="your environment: module:Class or path/to/file.py:Class, a subclass of "
                         "hermes_core.environments.atropos_env.HermesEnv (default: HermesEnv)")
     parser.add_argument("--base_url", help="OpenAI-compatible endpoint (default $HERMES_BASE_URL / $OPENAI_BASE_URL)")

@@ -13,7 +13,7 @@ from hermes_core.batch.recipe import RUN_NAME
 from hermes_core.config import Endpoint
 from hermes_core.environments.groups import GroupFailed, GroupLedger, group_key, run_groups, settings_fingerprint
 from hermes_core.environments.rollout import RolloutSettings
-from hermes_core.environments.tasks import Task, TaskSet, load_tasks
+from hermes_core.environments.tasks import BUILTIN_PREFIX, Task, TaskSet, load_tasks
 from hermes_core.sandbox import get_backend
 from hermes_core.tools.distributions import BUILTIN_DISTRIBUTIONS
 
@@ -62,7 +62,10 @@ class EnvRun:
         missing = [key for key in REQUIRED if settings.get(key) in (None, "")]
         if missing:
             raise EnvRunError(f"required setting {missing[0]!r} is missing")
-        resolved = {**settings, "tasks_file": str((base / Path(settings["tasks_file"]).expanduser()).resolve())}
+        tasks_file = str(settings["tasks_file"])
+        if not tasks_file.startswith(BUILTIN_PREFIX):
+            tasks_file = str((base / Path(tasks_file).expanduser()).resolve())
+        resolved = {**settings, "tasks_file": tasks_file}
         try:
             return cls(**resolved)
         except TypeError as exc:

@@ -17,6 +17,8 @@ from hermes_core.batch.dataset import MAX_REPORTED_LINES, check_row, dataset_pat
 from hermes_core.environments.verifiers import VerifierSpec, VerifierSpecError, parse_spec
 
 SPLITS = ("train", "eval")
+BUILTIN_PREFIX = "builtin:"
+BUILTIN = Path(__file__).parent / "builtin"  # shipped environments: coding, terminal, task_folders
 
 
 class TaskFileError(ValueError):
@@ -76,9 +78,25 @@ def _task(row: dict[str, Any], line: int, base: Path) -> Task:
                 category=row.get("category") or "default", split=split, metadata=row.get("metadata") or {})
 
 
+def builtin_names() -> list[str]:
+    return sorted(folder.name for folder in BUILTIN.iterdir() if (folder / "tasks.jsonl").is_file())
+
+
+def task_file_path(name: str | Path) -> Path:
+    """`builtin:NAME` → the shipped environment's task file; anything else is a path."""
+    text = str(name)
+    if not text.startswith(BUILTIN_PREFIX):
+        return Path(name)
+    builtin = text.removeprefix(BUILTIN_PREFIX)
+    if builtin not in builtin_names():
+        raise TaskFileError(f"{text}: no such built-in environment (built in: {', '.join(builtin_names())})")
+    return BUILTIN / builtin / "tasks.jsonl"
+
+
 def load_tasks(path: str | Path) -> TaskSet:
     """Every line validated (JSON, prompt, image/cwd, id unique, verifier spec and the files it names);
-    any bad line refuses the whole file, nothing run."""
+    any bad line refuses the whole file, nothing run. `builtin:coding` and the like name shipped files."""
+    path = task_file_path(path)
     try:
         resolved = dataset_path(path)
     except DatasetError as exc:

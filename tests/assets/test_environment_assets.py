@@ -5,7 +5,12 @@ metadata, and a failed blocking check that stops the SFT export."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -13,6 +18,7 @@ import pytest
 from batch_runs import Sent
 from hermes_assets.definitions import build_definitions
 from hermes_core.config import data_root
+from procs import wait_until
 
 pytest.importorskip("atroposlib", reason="the atropos extra (make test installs it)")
 NAME = "rl"
@@ -116,3 +122,34 @@ def test_a_bad_environment_entry_is_reported_on_itself_and_the_others_load(isola
     assert "entry #2" in problem and "unknown setting 'group_sise'" in problem
     [small] = [a for a in defs.assets if dg.AssetKey(["small", "declaration"]) in a.keys]
     assert "group_size must be a whole number ≥ 1" in small.specs_by_key[dg.AssetKey(["small", "declaration"])].metadata["problem"].value
+
+
+def test_killed_mid_way_and_materialized_again_it_sends_only_the_unfinished_groups(environment, sim_server,
+                                                                                    tmp_path):
+    root, prompts = environment
+    runs = (root / "runs.yaml").read_text()
+    slow = runs.replace("  group_size: 2\n", "  group_size: 2\n  concurrency: 1\n")  # one group at a time
+    (root / "runs.yaml").write_text(slow)
+    tasks = (root / "tasks.jsonl").read_text().replace("[sim:command=true]", "[sim:command=true] [sim:latency=3]")
+    (root / "tasks.jsonl").write_text(tasks)
+    prompts["shell"] += " [sim:latency=3]"
+    defs = build_definitions(root)
+    assert materialize(defs, [f"{NAME}/task_set"]).success
+    ledger = root / NAME / "groups.jsonl"
+    sent = Sent(sim_server)
+    worker = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m",
+                               "hermes_assets.definitions", "--select", f"{NAME}/scored_rollouts",
+                               "--partition-range", "right...shell"], cwd=tmp_path, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # killed while the slow third task is being rolled out, after the first two groups landed
+        assert wait_until(lambda: ledger.is_file() and len(ledger.read_text().splitlines()) == 2, timeout=120)
+        assert wait_until(lambda: sent.counts()[prompts["shell"]] == 2, timeout=30)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    assert {json.loads(line)["task_id"] for line in ledger.read_text().splitlines()} == {"right", "wrong"}
+    sent = Sent(sim_server)
+    assert materialize(defs, [f"{NAME}/scored_rollouts"], tags={"dagster/asset_partition_range_start": "right",
+                                                                "dagster/asset_partition_range_end": "shell"}).success
+    assert sent.counts() == {prompts["shell"]: 2}  # the finished groups are not paid for again
+    assert len(ledger.read_text().splitlines()) == 3

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import free_port, wait_until
+from procs import free_port, wait_until
 
 pytest.importorskip("atroposlib", reason="the atropos extra (make test installs it)")
 from atroposlib.api.server import ScoredData  # noqa: E402

@@ -123,3 +123,19 @@ def test_a_group_draws_toolsets_reproducibly_per_task_group_and_member(tmp_path,
     assert [r.toolsets for r in first] == [r.toolsets for r in again]
     assert [r.member for r in first] == [0, 1, 2, 3] and len({r.key for r in first}) == 4
     assert all(r.reward == 1.0 for r in first)
+
+
+def test_the_built_in_coding_environment_scores_a_scripted_correct_and_wrong_solution(settings, backend):
+    import base64
+    import dataclasses
+
+    from hermes_core.environments.tasks import BUILTIN
+
+    task = next(t for t in load_tasks("builtin:coding").tasks if t.id == "run_length_encode")
+    reference = (BUILTIN / "coding" / "solutions" / "run_length_encode.py").read_bytes()
+    wrong = b"def run_length_encode(text):\n    return text\n"
+    for source, reward in ((reference, 1.0), (wrong, 0.0)):
+        command = f"echo {base64.b64encode(source).decode()} | base64 -d > solution.py"
+        scripted = dataclasses.replace(task, prompt=f"{task.prompt} run it [sim:command={command}]")
+        rollout, = roll(scripted, settings, backend)
+        assert (rollout.reward, rollout.error) == (reward, None), rollout.detail

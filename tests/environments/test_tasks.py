@@ -64,3 +64,11 @@ def test_a_missing_file_and_an_empty_file_say_so(tmp_path):
         load_tasks(tmp_path / "nope.jsonl")
     with pytest.raises(TaskFileError, match="has no tasks"):
         load_tasks(write(tmp_path / "empty.jsonl", []))
+
+
+def test_built_in_environments_load_by_name_and_an_unknown_name_says_which_exist():
+    coding = load_tasks("builtin:coding")
+    assert len(coding.tasks) >= 20 and coding.split("eval") and coding.path.name == "tasks.jsonl"
+    with pytest.raises(TaskFileError, match=r"builtin:nope: no such built-in environment \(built in: coding, "
+                                            r"task_folders, terminal\)"):
+        load_tasks("builtin:nope")
