@@ -209,3 +209,19 @@ def test_csv_summary_gives_partial_credit(sandbox):
     run(sandbox, "printf 'region,units,revenue\\nnorth,1,1.00\\n' > summary.csv")
     reward, detail = score(task, sandbox)  # only the header
     assert reward == 0.25, detail
+
+
+@pytest.mark.parametrize("task_id", sorted(FOLDER_TASKS))
+def test_task_folders_score_the_same_in_a_docker_sandbox(task_id, tmp_path):
+    from contract_backends.docker import IMAGE, make_backend
+
+    with make_backend(tmp_path) as docker:
+        for solve, expected in ((True, 1.0), (False, 0.0)):
+            sandbox = docker.open(f"folder-{uuid.uuid4().hex[:8]}", IMAGE)
+            try:
+                if solve:
+                    run_reference(sandbox, task_id)
+                reward, detail = score(FOLDER_TASKS[task_id], sandbox)
+            finally:
+                sandbox.close()
+            assert reward == expected, detail
