@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -86,7 +86,8 @@ class EnvRun:
 
     def fingerprint(self) -> str:
         """What every group key of this run shares (the model, not where it is served)."""
-        return settings_fingerprint(self.settings(Endpoint(self.base_url or "", "", self.model)), self.group_size)
+        anywhere = Endpoint("http://127.0.0.1/v1", "", self.model)  # the fingerprint holds the model name only
+        return settings_fingerprint(self.settings(anywhere), self.group_size)
 
     def current_records(self, root: Path, tasks: list[Task]) -> list[dict[str, Any]]:
         """The ledger's groups for these tasks under these settings, in task then group order."""
@@ -113,7 +114,8 @@ def run_tasks(run: EnvRun, root: Path, tasks: list[Task], endpoint: Endpoint,
     done = ledger.records()
     if all(group_key(task, group, fingerprint) in done for task, group in jobs):
         return {"run": 0, "skipped": len(jobs), "failed": 0}
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the tokenizer is used in forked workers
     tokenizer = load_tokenizer(run.tokenizer)
     with get_backend(run.sandbox) as backend:
-        return asyncio.run(run_groups(jobs, settings, run.group_size, backend, tokenizer, ledger,
-                                      retries=run.retries, concurrency=run.concurrency, on_group=on_group))
+        return run_groups(jobs, settings, run.group_size, backend, tokenizer, ledger, retries=run.retries,
+                          concurrency=run.concurrency, on_group=on_group)

@@ -4,13 +4,17 @@ of them, so a finished group is never paid for again and a changed task re-runs 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
 
+from hermes_core.batch.workers import NextIndex, process_count, run_in_processes
+from hermes_core.endpoints.model_client import http_session
 from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout
 from hermes_core.environments.tasks import Task
 from hermes_core.environments.tokens import IGNORE, ChatTokenizer, render_tokens
@@ -117,31 +121,77 @@ class GroupLedger:
         append_jsonl_durable(self.path, record)
 
 
-async def run_groups(jobs: list[tuple[Task, int]], settings: RolloutSettings, group_size: int,
-                     backend: SandboxBackend, tokenizer: ChatTokenizer, ledger: GroupLedger, *,
-                     retries: int = 2, concurrency: int = 8,
-                     on_group: Callable[[dict[str, Any] | GroupFailed], None] = lambda _: None) -> dict[str, int]:
-    """Every (task, group) whose key the ledger lacks, `concurrency` groups at once; each scored group is
-    appended the moment it ends. Returns counts: run, skipped (already scored), failed."""
+class _GroupPool:
+    """Groups to score, served by sessions in this process or in forked worker processes (the
+    batch runner's workers.py: one event loop, hence one GIL, per process)."""
+
+    def __init__(self, todo: list[tuple[Task, int]], settings: RolloutSettings, group_size: int,
+                 backend: SandboxBackend, tokenizer: ChatTokenizer, fingerprint: str, retries: int) -> None:
+        self.todo, self.settings, self.group_size, self.backend = todo, settings, group_size, backend
+        self.tokenizer, self.fingerprint, self.retries = tokenizer, fingerprint, retries
+
+    async def group(self, index: int, http: aiohttp.ClientSession) -> dict[str, Any]:
+        """The scored record of job `index`, or `{"failed": why}`."""
+        task, group = self.todo[index]
+        try:
+            rollouts = await asyncio.gather(*(rollout_with_retries(task, group, member, self.settings, self.backend,
+                                                                   self.retries, http)
+                                              for member in range(self.group_size)))
+            return group_record(task, group, list(rollouts), self.tokenizer, self.fingerprint,
+                                self.settings.endpoint.model)
+        except GroupFailed as exc:
+            return {"failed": str(exc)}
+
+    async def serve(self, positions: list[int], next_index: NextIndex,
+                    on_done: Callable[[int, dict[str, Any]], None]) -> None:
+        # Sandboxes open and verifiers run in threads: enough for every rollout in flight.
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(positions) * self.group_size * 2 + 4, thread_name_prefix="hermes-rollout"))
+
+        # One connection pool for the process's rollouts (a session per rollout set up TLS and sockets again).
+        async with http_session(self.settings.endpoint.request_timeout_s,
+                                connections=len(positions) * self.group_size) as http:
+
+            async def session(position: int) -> None:
+                while (index := await next_index(position)) is not None:
+                    on_done(index, await self.group(index, http))
+
+            await asyncio.gather(*(session(position) for position in positions))
+
+
+def run_groups(jobs: list[tuple[Task, int]], settings: RolloutSettings, group_size: int,
+               backend: SandboxBackend, tokenizer: ChatTokenizer, ledger: GroupLedger, *,
+               retries: int = 2, concurrency: int = 8,
+               on_group: Callable[[dict[str, Any] | GroupFailed], None] = lambda _: None) -> dict[str, int]:
+    """Blocking: every (task, group) whose key the ledger lacks, `concurrency` groups at once (over
+    worker processes from 16 groups up); this process appends each scored group the moment it ends.
+    Returns counts: run, skipped (already scored), failed."""
     fingerprint = settings_fingerprint(settings, group_size)
     done = ledger.records()
     todo = [(task, group) for task, group in jobs if group_key(task, group, fingerprint) not in done]
-    slots = asyncio.Semaphore(concurrency)
     counts = {"run": 0, "skipped": len(jobs) - len(todo), "failed": 0}
+    if not todo:
+        return counts
 
-    async def one(task: Task, group: int) -> None:
-        async with slots:
-            try:
-                rollouts = await asyncio.gather(*(rollout_with_retries(task, group, member, settings, backend, retries)
-                                                  for member in range(group_size)))
-                record = group_record(task, group, list(rollouts), tokenizer, fingerprint, settings.endpoint.model)
-            except GroupFailed as exc:
-                counts["failed"] += 1
-                on_group(exc)
-                return
-            ledger.append(record)
+    def record(result: dict[str, Any]) -> None:
+        if "failed" in result:
+            counts["failed"] += 1
+            on_group(GroupFailed(result["failed"]))
+        else:
+            ledger.append(result)
             counts["run"] += 1
-            on_group(record)
+            on_group(result)
 
-    await asyncio.gather(*(one(task, group) for task, group in todo))
+    pool = _GroupPool(todo, settings, group_size, backend, tokenizer, fingerprint, retries)
+    sessions = min(concurrency, len(todo))
+    processes = process_count(sessions)
+    if processes > 1:
+        run_in_processes(len(todo), sessions, processes, pool.serve, backend, record, lambda: None)
+        return counts
+    pending = deque(range(len(todo)))
+
+    async def next_index(_position: int) -> int | None:
+        return pending.popleft() if pending else None
+
+    asyncio.run(pool.serve(list(range(sessions)), next_index, lambda _index, result: record(result)))
     return counts

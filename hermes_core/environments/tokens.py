@@ -8,12 +8,15 @@ recorded as `generated` by whoever has them, so the two are never mixed silently
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
 IGNORE = -100
 RENDERED, GENERATED = "rendered", "generated"
+TURN_START = "<|im_start|>"  # ChatML's; where the text is cut for encoding when it is a special token
 
 
 class TemplateError(ValueError):
@@ -76,14 +79,40 @@ def assistant_spans(tokenizer: ChatTokenizer, template: str, messages: list[dict
     return full, spans
 
 
+@functools.lru_cache(maxsize=256)
+def _encode_segment(tokenizer: Any, segment: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    encoded = tokenizer.backend_tokenizer.encode(segment, add_special_tokens=False)
+    return tuple(encoded.ids), tuple(encoded.offsets)
+
+
+def encode(tokenizer: ChatTokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and character offsets of `text`, as the tokenizer gives them for the whole text. The text is
+    cut before each turn's start token, a special token no merge crosses, and each turn is encoded once
+    per process: the system turn with the offered tools is the same in every rollout and most of the text."""
+    marker = TURN_START if TURN_START in getattr(tokenizer, "all_special_tokens", ()) else None
+    if marker is None or not hasattr(tokenizer, "backend_tokenizer"):
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoded["input_ids"]), list(encoded["offset_mapping"])
+    ids: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    start = 0
+    for segment in re.split(f"(?={re.escape(marker)})", text):
+        if segment:
+            segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
+            ids += segment_ids
+            offsets += [(low + start, high + start) for low, high in segment_offsets]
+            start += len(segment)
+    return ids, offsets
+
+
 def render_tokens(tokenizer: ChatTokenizer, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None = None) -> Tokenized:
     """Tokens of the whole conversation and masks giving every assistant turn's tokens to the trainer."""
     template, name = template_for(tokenizer)
     text, spans = assistant_spans(tokenizer, template, messages, tools)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    tokens, masks = list(encoded["input_ids"]), []
-    for token, (start, end) in zip(tokens, encoded["offset_mapping"]):
+    tokens, offsets = encode(tokenizer, text)
+    masks = []
+    for token, (start, end) in zip(tokens, offsets):
         inside = any(low <= start and end <= high for low, high in spans) and end > start
         masks.append(token if inside else IGNORE)
     return Tokenized(tokens, masks, RENDERED, name)

@@ -64,3 +64,12 @@ def test_a_turn_of_calls_only_starts_with_its_first_call(tokenizer):
     (start, end), = trained_spans(tokenized.masks)
     block = '<tool_call>\n{"name": "terminal", "arguments": {"command": "echo 42 > a.txt"}}\n</tool_call>'
     assert tokenizer.decode(tokenized.tokens[start:end]) == f"{block}\n{block}<|im_end|>"
+
+
+def test_turn_by_turn_encoding_equals_encoding_the_whole_text(tokenizer):
+    from hermes_core.environments.tokens import assistant_spans, encode, template_for
+
+    text, _ = assistant_spans(tokenizer, template_for(tokenizer)[0], MESSAGES, TOOLS)
+    ids, offsets = encode(tokenizer, text)
+    whole = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert ids == whole["input_ids"] and offsets == [tuple(o) for o in whole["offset_mapping"]]
