@@ -17,7 +17,7 @@ import aiohttp
 
 from hermes_core.endpoints import constrained
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, Endpoint
-from hermes_core.endpoints.model_client import ModelClient, ModelError
+from hermes_core.endpoints.model_client import Completion, ModelClient, ModelError
 from hermes_core.endpoints.request_options import RequestOptions
 from hermes_core.agent.reasoning import extract_reasoning
 from hermes_core.sandbox import Sandbox, SandboxBackend, SandboxError, get_backend
@@ -96,6 +96,7 @@ class AIAgent:
         hermes_text: HermesText = OWN_TEXT,
         prepare_sandbox: bool = True,  # open the sandbox while the first reply is written (False: at the first tool call)
         max_parallel_tools: int | None = None,  # tool calls running at once (None: a whole read-only group)
+        model_call: Callable[[dict[str, Any]], Awaitable[Completion]] | None = None,  # instead of the endpoint's
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
@@ -123,6 +124,8 @@ class AIAgent:
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self.prepare_sandbox = prepare_sandbox
         self.max_parallel_tools = max_parallel_tools
+        # Token-level RL rollouts answer through atroposlib's managed server instead (environments/atropos_env.py).
+        self.model_call = model_call
         self._http = http_client
         self._tool_progress = tool_progress  # {tool, label, toolCallId, status: running|completed}
         if tool_call_mode not in constrained.TOOL_CALL_MODES:
@@ -195,7 +198,7 @@ class AIAgent:
                 self.request_options.apply(body)
             api_calls += 1
             self._say(f"⏳ model call {api_calls}")
-            completion = await client.complete(body, stream=self.stream)
+            completion = await (self.model_call(body) if self.model_call else client.complete(body, stream=self.stream))
             if completion.served_model and completion.served_model not in served_models:
                 served_models.append(completion.served_model)
             for key in usage:
@@ -398,6 +401,9 @@ class _Session:
         pending: list[tuple[int, Tool, dict[str, Any]]] = []
         any_valid = False
         for index, call in enumerate(calls):
+            if "parse_error" in call:  # a malformed <tool_call> block of a raw completion (environments/tool_calls.py)
+                results[index] = json.dumps({"error": call["parse_error"]})
+                continue
             name = call["function"]["name"]
             tool = self.offered.get(name)
             if tool is None:

@@ -22,13 +22,16 @@ from typing import Any
 # tokenizer loaded from a folder; a user who wants the hub sets HF_HUB_OFFLINE=0.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import aiohttp
 from atroposlib.api.server import ScoredData
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.server_handling.server_baseline import APIServer
 from pydantic import Field, ValidationError
 
 from hermes_core.config import Endpoint
 from hermes_core.environments.groups import (GroupFailed, group_record, rollout_with_retries, scored_data,
                                              settings_fingerprint)
+from hermes_core.environments.raw_turns import RawTranscript
 from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout, spec_verdict
 from hermes_core.environments.tasks import Task, load_tasks
 from hermes_core.environments.verifiers import Verdict
@@ -52,6 +55,10 @@ class HermesEnvConfig(BaseEnvConfig):
     use_wandb: bool = Field(default=False, description="log to Weights & Biases (off: nothing leaves the machine)")
     tokenizer_name: str = Field(default="", description="tokenizer folder or cached name; empty: the local GGUF's")
     rollout_server_url: str = Field(default=LOCAL_API, description="the Atropos API server (run-api)")
+    token_level: bool = Field(default=False, description="tokens and logprobs as the server generated them "
+                              "(llama.cpp's /completion through atroposlib's managed server), not rendered")
+    max_tokens: int = Field(default=512, description="token-level mode: tokens generated per turn at most")
+    temperature: float | None = Field(default=None, description="sampling temperature (default: the server's)")
 
 
 def schema_problem(record: dict[str, Any]) -> str | None:
@@ -70,9 +77,59 @@ def server_config(endpoint: Endpoint) -> APIServerConfig:
                            health_check=False)
 
 
+class LlamaCppServer(APIServer):
+    """atroposlib's server interface over llama.cpp's native `/completion`: token ids in, the generated
+    ids and each one's logprob out, exact on CPU (`hermes-foundry local-model`). Token-level mode only."""
+
+    async def check_server_status_task(self, chat_completion: bool = True) -> None:
+        self.server_healthy = True  # nothing polls: the first request says whether it is up
+
+    async def _chat_completion_wrapper(self, **kwargs: Any) -> Any:
+        raise NotImplementedError("token-level mode asks for tokens and logprobs only")
+
+    async def _completion_wrapper(self, **kwargs: Any) -> Any:
+        raise NotImplementedError("token-level mode asks for tokens and logprobs only")
+
+    async def _tokens_and_logprobs_completion_wrapper(self, **kwargs: Any) -> tuple[list, list, list, list]:
+        root = (self.config.base_url or "").removesuffix("/").removesuffix("/v1")
+        body = {"prompt": kwargs["input_ids"], "n_predict": kwargs.get("max_tokens") or 512, "n_probs": 1,
+                "return_tokens": True, "cache_prompt": True, "temperature": kwargs.get("temperature", 1.0)}
+        outputs, logprobs, reasons = [], [], []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(kwargs.get("n") or 1):
+                async with session.post(f"{root}/completion", json=body) as response:
+                    response.raise_for_status()
+                    answer = await response.json()
+                probabilities = answer.get("completion_probabilities") or []
+                tokens = [p["id"] for p in probabilities]  # the ids sampled, each with its logprob
+                if tokens != answer["tokens"][: len(tokens)]:
+                    raise RuntimeError("llama.cpp's tokens and their probabilities disagree")
+                outputs.append(tokens)
+                logprobs.append([p["logprob"] for p in probabilities])
+                reasons.append("length" if answer.get("stop_type") == "limit" else "stop")
+        return kwargs["input_ids"], outputs, logprobs, reasons
+
+
+class KeepSpecialTokens:
+    """The tokenizer as the managed server must see it: it decodes a completion with its special tokens.
+    Decoded without them (its default when no vLLM tool parser is installed), a turn's text lacks the
+    end-of-turn token the server generated, so the next prompt re-encodes that token and the sequence
+    holds it twice."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    def decode(self, ids: list[int], **_options: Any) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+
 class HermesEnv(BaseEnv):
     name = "hermes"
     env_config_cls = HermesEnvConfig
+    server_cls = LlamaCppServer  # used by token-level mode only; rendered mode calls the endpoint itself
 
     def __init__(self, config: HermesEnvConfig, server_configs: list[APIServerConfig], slurm: bool = False,
                  testing: bool = False) -> None:
@@ -102,7 +159,8 @@ class HermesEnv(BaseEnv):
         server = self.endpoint_config
         endpoint = Endpoint.resolve(server.base_url, server.api_key or "none", server.model_name)
         return RolloutSettings(endpoint=endpoint, distribution=BUILTIN_DISTRIBUTIONS[self.config.distribution],
-                               seed=self.config.seed, max_turns=self.config.max_turns, verify=self.verify)
+                               seed=self.config.seed, max_turns=self.config.max_turns, verify=self.verify,
+                               temperature=self.config.temperature)
 
     async def setup(self) -> None:
         tasks = self.load()
@@ -133,9 +191,53 @@ class HermesEnv(BaseEnv):
                 "toolsets": rollout.toolsets, "model": self.endpoint_config.model_name,
                 "served_model": rollout.served_model})
 
+    async def token_rollout(self, task: Task, group: int, member: int) -> tuple[Rollout, Any]:
+        """A rollout whose model calls go through atroposlib's managed server; its one sequence node
+        (tokens, masks, logprobs as generated). GroupFailed when a member keeps failing, or when its
+        turns do not extend one sequence (a trainer would get turns that were never generated together)."""
+        settings = self.settings()
+        for _attempt in range(self.config.rollout_retries + 1):
+            async with self.server.managed_server(tokenizer=KeepSpecialTokens(self.tokenizer)) as managed:
+                transcript = RawTranscript(self.tokenizer, self.endpoint_config.model_name)
+
+                async def model_call(body: dict[str, Any]) -> Any:
+                    answer = await managed.chat_completion(messages=transcript.prompt_messages(body),
+                                                           max_tokens=self.config.max_tokens,
+                                                           temperature=body.get("temperature", 1.0))
+                    choice = answer.choices[0]
+                    return transcript.completion(choice.message.content or "", choice.finish_reason, {})
+
+                done = await run_rollout(task, group, member, settings, self.backend, model_call=model_call)
+                nodes = managed.get_state()["nodes"]
+            if done.error is None:
+                if len(nodes) != 1:
+                    raise GroupFailed(f"task {task.id}, member {member}: its {len(transcript.raw)} turns make "
+                                      f"{len(nodes)} token sequences, not one")
+                return done, nodes[0]
+        raise GroupFailed(f"task {task.id}, group {group}, member {member}: {done.error}")
+
+    async def token_group(self, task: Task, group: int) -> ScoredDataGroup:
+        """A group with the tokens, masks and logprobs the server generated (`token_source: generated`)."""
+        members = await asyncio.gather(*(self.token_rollout(task, group, m) for m in range(self.config.group_size)))
+        rollouts = [rollout for rollout, _ in members]
+        self.write_rows(task, rollouts)
+        return ScoredDataGroup(
+            tokens=[node.tokens for _, node in members], masks=[node.masked_tokens for _, node in members],
+            inference_logprobs=[node.logprobs for _, node in members], scores=[r.reward for r in rollouts],
+            messages=[[{**m, "content": m.get("content") or ""} for m in r.messages] for r in rollouts],
+            advantages=None, ref_logprobs=None, images=None, overrides=None, generation_params=None,
+            distill_token_ids=None, distill_logprobs=None,
+            group_overrides={"token_source": "generated", "task_id": task.id, "task_key": task.key, "group": group})
+
     async def collect_trajectories(self, item: tuple[Task, int]) -> tuple[ScoredDataGroup | None, list[Any]]:
         task, group = item
         settings, size = self.settings(), self.config.group_size
+        if self.config.token_level:
+            try:
+                return await self.token_group(task, group), []
+            except GroupFailed as exc:
+                logger.error("group not scored: %s", exc)
+                return None, []
         try:
             rollouts = list(await asyncio.gather(*(
                 rollout_with_retries(task, group, member, settings, self.backend, self.config.rollout_retries)

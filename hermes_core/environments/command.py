@@ -44,6 +44,10 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_token_length", type=int, default=8192, help="longest sequence sent")
     parser.add_argument("--keep_equal_scores", action="store_true",
                         help="keep groups whose rollouts all scored the same (atroposlib drops them: no GRPO signal)")
+    parser.add_argument("--token_level", action="store_true", help="tokens and logprobs as generated, through "
+                        "atroposlib's managed server, from llama.cpp (--base_url of hermes-foundry local-model)")
+    parser.add_argument("--max_tokens", type=int, default=512, help="--token_level: tokens generated per turn at most")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
     parser.add_argument("--wandb", action="store_true", help="log to Weights & Biases (off by default)")
 
 
@@ -96,6 +100,7 @@ def env_command(args: argparse.Namespace) -> int:
         max_turns=args.max_turns, seed=args.seed, tokenizer_name=args.tokenizer, use_wandb=args.wandb,
         max_token_length=args.max_token_length, total_steps=args.steps if args.mode == "serve" else args.groups,
         rollout_server_url=args.api_url, wandb_name=args.name, ensure_scores_are_not_same=not args.keep_equal_scores,
+        token_level=args.token_level, max_tokens=args.max_tokens, temperature=args.temperature,
         data_path_to_save_groups=str(Path(args.out).resolve()) if args.mode == "process" else None,
         data_dir_to_save_evals=str(Path(args.eval_dir).resolve()) if args.mode == "evaluate" else None,
     )

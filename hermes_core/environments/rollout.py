@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 
 from hermes_core.agent.loop import AIAgent
 from hermes_core.config import Endpoint
+from hermes_core.endpoints.model_client import Completion
 from hermes_core.environments.tasks import Task
 from hermes_core.environments.verifiers import Verdict, VerifierError, verify
 from hermes_core.sandbox import Sandbox, SandboxBackend
@@ -79,7 +80,8 @@ async def _inspect(task: Task, sandbox: Sandbox, settings: RolloutSettings) -> V
 
 
 async def run_rollout(task: Task, group: int, member: int, settings: RolloutSettings,
-                      backend: SandboxBackend, http: aiohttp.ClientSession | None = None) -> Rollout:
+                      backend: SandboxBackend, http: aiohttp.ClientSession | None = None,
+                      model_call: Callable[[dict[str, Any]], Awaitable[Completion]] | None = None) -> Rollout:
     """One rollout of `task`: the conversation, then its verifier in the same sandbox. Never raises
     for model, sandbox or verifier failures: they are the rollout's `error`, and it has no reward."""
     toolsets, toolset_seed = draw_toolsets(settings, task, group, member)
@@ -90,7 +92,7 @@ async def run_rollout(task: Task, group: int, member: int, settings: RolloutSett
         max_tokens=settings.max_tokens, temperature=settings.temperature, max_retries=endpoint.max_retries,
         backoff_base_s=endpoint.backoff_base_s, request_timeout_s=endpoint.request_timeout_s,
         max_concurrent_requests=endpoint.max_concurrent_requests, sandbox_backend=backend, image=task.image,
-        cwd=task.cwd, http_client=http, tool_call_mode=settings.tool_call_mode,
+        cwd=task.cwd, http_client=http, tool_call_mode=settings.tool_call_mode, model_call=model_call,
     )
     rollout = Rollout(task.id, task.key, group, member, toolsets, toolset_seed, tools=agent.tool_schemas)
     result = await agent.arun_conversation(task.prompt, task_id=rollout.key[:16],
