@@ -74,9 +74,31 @@ def environment_class(spec: str | None) -> Any:
     return found
 
 
+def tokenizer_folder(source: str) -> str:
+    """The tokenizer as a folder atroposlib loads offline: the local GGUF's by default; a name must be
+    in the local Hugging Face cache (else one ValueError saying so: nothing is fetched)."""
+    from hermes_core.environments.tokenizer import load_tokenizer, tokenizer_dir
+
+    if not source:
+        return str(tokenizer_dir())
+    return str(load_tokenizer(source).name_or_path)
+
+
+def api_server_problem(url: str) -> None:
+    """A ValueError naming `url` unless an Atropos API server answers there (serve would retry forever)."""
+    import httpx
+
+    try:
+        httpx.get(f"{url.rstrip('/')}/status", timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ValueError(f"no Atropos API server answers at {url} ({exc}); start one with "
+                         f"`run-api --host 127.0.0.1 --port PORT` and pass --api_url") from None
+
+
 def env_command(args: argparse.Namespace) -> int:
     """Run one mode; a bad task file or a missing extra is one line on stderr, exit 2."""
     from hermes_core.config import Endpoint
+    from hermes_core.endpoints.local_model import LocalModelError
     from hermes_core.environments.tasks import TaskFileError, load_tasks
 
     try:
@@ -88,7 +110,10 @@ def env_command(args: argparse.Namespace) -> int:
         from hermes_core.environments.atropos_env import HermesEnvConfig, server_config
 
         env_class = environment_class(args.env_class)
-    except (TaskFileError, ValueError) as exc:
+        tokenizer = tokenizer_folder(args.tokenizer)
+        if args.mode == "serve":
+            api_server_problem(args.api_url)
+    except (TaskFileError, ValueError, LocalModelError) as exc:
         print(f"hermes-foundry env: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
@@ -97,7 +122,7 @@ def env_command(args: argparse.Namespace) -> int:
         return 2
     config = HermesEnvConfig(
         tasks_file=args.tasks or "", group_size=args.group_size, distribution=args.distribution, sandbox=args.sandbox,
-        max_turns=args.max_turns, seed=args.seed, tokenizer_name=args.tokenizer, use_wandb=args.wandb,
+        max_turns=args.max_turns, seed=args.seed, tokenizer_name=tokenizer, use_wandb=args.wandb,
         max_token_length=args.max_token_length, total_steps=args.steps if args.mode == "serve" else args.groups,
         rollout_server_url=args.api_url, wandb_name=args.name, ensure_scores_are_not_same=not args.keep_equal_scores,
         token_level=args.token_level, max_tokens=args.max_tokens, temperature=args.temperature,

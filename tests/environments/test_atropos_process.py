@@ -107,3 +107,26 @@ def test_an_env_class_that_is_not_an_environment_is_one_line(tmp_path, sim_url, 
     assert foundry_main(["env", "process", "--env_class", "json:JSONDecoder", "--base_url", sim_url]) == 2
     assert capsys.readouterr().err == ("hermes-foundry env: --env_class 'json:JSONDecoder': JSONDecoder is not a "
                                        "subclass of HermesEnv\n")
+
+
+def test_nothing_reaches_weights_and_biases_unless_asked(tmp_path, sim_url, monkeypatch, cache):
+    import wandb
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("wandb.init called")
+
+    monkeypatch.setattr(wandb, "init", refuse)  # atroposlib's own CLI forces W&B on in process and evaluate
+    assert run(tmp_path, sim_url, monkeypatch, cache, "process", "--groups", "1", "--group_size", "2",
+               "--keep_equal_scores", "--out", "groups.jsonl") == 0
+    assert run(tmp_path, sim_url, monkeypatch, cache, "evaluate", "--eval_dir", "eval") == 0
+
+
+def test_what_would_need_the_network_is_one_line_not_a_hang(tmp_path, sim_url, monkeypatch, cache, capsys):
+    from procs import free_port
+
+    assert run(tmp_path, sim_url, monkeypatch, cache, "process", "--tokenizer", "someone/unknown-model") == 2
+    assert "tokenizer 'someone/unknown-model' is not in the local Hugging Face cache" in capsys.readouterr().err
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    assert run(tmp_path, sim_url, monkeypatch, cache, "serve", "--api_url", nowhere) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hermes-foundry env: no Atropos API server answers at {nowhere}") and err.count("\n") == 1
