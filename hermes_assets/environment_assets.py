@@ -80,8 +80,9 @@ def build_environment_assets(run: EnvRun, root: Path) -> list[dg.AssetsDefinitio
             "path": dg.MetadataValue.path(str(path))})
 
     @dg.asset(**common, **catalog("output", "json"), deps=[evaluation],
-              description=f"Each group's best rollout scoring at least {run.min_reward}, as ShareGPT rows that "
-              "name their task, group, reward, run and model (reward-filtered SFT).")
+              description=f"Each group's best rollout scoring at least {run.min_reward}, as rows that name their "
+              "task, group, reward, run and model: ShareGPT `conversations` and TRL `messages` + `tools` "
+              "(reward-filtered SFT).")
     def sft_rows(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         rows = best_of_n_rows(run.current_records(root, _tasks(run).tasks), run.min_reward, name)
         path = folder / "sft.jsonl"

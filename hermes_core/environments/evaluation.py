@@ -3,11 +3,13 @@ turns, tool errors and tokens; and the best rollout of each group as SFT rows (b
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from statistics import mean, pstdev
 from typing import Any
 
 from hermes_core.environments.tokens import IGNORE
+from hermes_core.exports.trl import agent_to_messages
 from hermes_core.formats.sharegpt import to_conversations
 
 PASS_REWARD = 1.0
@@ -45,8 +47,9 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def best_of_n_rows(records: list[dict[str, Any]], min_reward: float, run_name: str) -> list[dict[str, Any]]:
-    """Each group's best rollout (the first of equals) scoring at least `min_reward`, as a ShareGPT row
-    whose fields lead back to its task, group, reward, run and model."""
+    """Each group's best rollout (the first of equals) scoring at least `min_reward`: its ShareGPT
+    `conversations` and, in the TRL export's form, `messages` and `tools` (a JSON string), with fields
+    that lead back to its task, group, reward, run and model."""
     rows = []
     for record in records:
         best = max(range(len(record["scores"])), key=lambda member: (record["scores"][member], -member))
@@ -55,6 +58,7 @@ def best_of_n_rows(records: list[dict[str, Any]], min_reward: float, run_name: s
         facts = record["rollouts"][best]
         tools = [tool["function"] for tool in facts["tools"]]
         rows.append({"conversations": to_conversations(record["messages"][best], tools),
+                     "messages": agent_to_messages(record["messages"][best]), "tools": json.dumps(facts["tools"]),
                      "task_id": record["task_id"], "task_key": record["task_key"], "category": record["category"],
                      "reward": record["scores"][best], "group": record["group"], "group_key": record["key"],
                      "rollout_key": facts["key"], "member": best, "run_name": run_name, "model": record["model"],

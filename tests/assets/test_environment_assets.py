@@ -84,6 +84,12 @@ def test_an_environment_run_resumes_by_task_and_its_evaluation_equals_its_groups
     assert [(r["task_id"], r["reward"], r["member"], r["run_name"], r["model"]) for r in rows] == [
         ("right", 1.0, 0, NAME, "hermes-sim"), ("shell", 1.0, 0, NAME, "hermes-sim")]
     assert rows[0]["conversations"][1] == {"from": "human", "value": prompts["right"]}
+    assert rows[0]["messages"][0]["content"] == prompts["right"] and rows[0]["messages"][1]["tool_calls"]
+    assert "terminal" in {tool["function"]["name"] for tool in json.loads(rows[0]["tools"])}
+    import datasets
+
+    loaded = datasets.load_dataset("json", data_files=str(root / NAME / "sft.jsonl"), split="train")
+    assert loaded.num_rows == 2 and {"conversations", "messages", "tools", "reward", "task_id"} <= set(loaded.column_names)
 
 
 def test_a_failed_blocking_check_stops_the_sft_export(environment, sim_server):
