@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hermes_core.config import Endpoint
-from hermes_core.environments.rollout import RolloutSettings, run_group, run_rollout
+from hermes_core.environments.rollout import RolloutSettings, run_group
 from hermes_core.environments.tasks import load_tasks
 from hermes_core.sandbox import get_backend
 from hermes_core.tools.distributions import BUILTIN_DISTRIBUTIONS
