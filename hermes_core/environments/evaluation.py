@@ -9,7 +9,6 @@ from statistics import mean, pstdev
 from typing import Any
 
 from hermes_core.environments.tokens import IGNORE
-from hermes_core.exports.trl import agent_to_messages
 from hermes_core.formats.sharegpt import to_conversations
 
 PASS_REWARD = 1.0
@@ -50,6 +49,8 @@ def best_of_n_rows(records: list[dict[str, Any]], min_reward: float, run_name: s
     """Each group's best rollout (the first of equals) scoring at least `min_reward`: its ShareGPT
     `conversations` and, in the TRL export's form, `messages` and `tools` (a JSON string), with fields
     that lead back to its task, group, reward, run and model."""
+    from hermes_core.exports.trl import agent_to_messages  # imports datasets (~2 s): only when exporting
+
     rows = []
     for record in records:
         best = max(range(len(record["scores"])), key=lambda member: (record["scores"][member], -member))
