@@ -126,3 +126,15 @@ def test_every_part_says_what_it_owns(part: str) -> None:
 def test_only_the_atropos_adapter_imports_atroposlib() -> None:
     importers = sorted(name for name, imported in GRAPH.items() if any(i.split(".")[0] == "atroposlib" for i in imported))
     assert importers == ["hermes_core.environments.atropos_env"]
+
+
+def test_loading_the_definitions_imports_no_heavy_optional_library() -> None:
+    """The code location loads, and every run's process starts, without datasets, transformers or
+    atroposlib (seconds each): they are imported where they are used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hermes_assets.definitions; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'datasets', 'transformers', 'atroposlib', 'torch', 'gguf'}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
