@@ -66,16 +66,17 @@ def build_environment_assets(run: EnvRun, root: Path) -> list[dg.AssetsDefinitio
         yield from _score(context, run, root, tasks, endpoint)
 
     @dg.asset(**common, **catalog("output", "json"), deps=[scored_rollouts],
-              description="Rewards of the current groups: pass rate, mean and spread per category, groups "
-              "without GRPO signal (all scores equal), turns, tool errors, tokens.")
+              description="Rewards of the current groups: pass rate, mean and spread per category and per split "
+              "(eval: the held-out tasks), groups without GRPO signal (all scores equal), turns, tool errors, tokens.")
     def evaluation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         records = run.current_records(root, _tasks(run).tasks)
         figures = summary(records)
         path = atomic_write_json(folder / "evaluation.json", figures)
         passes = {c: round(f["pass_rate"] * 100) for c, f in figures["categories"].items()}
         return dg.MaterializeResult(metadata={
-            **{k: v for k, v in figures.items() if k != "categories"},
+            **{k: v for k, v in figures.items() if k not in ("categories", "splits")},
             "categories": dg.MetadataValue.json(figures["categories"]),
+            "splits": dg.MetadataValue.json(figures["splits"]),
             "pass_rate_by_category": dg.MetadataValue.md(bar_chart("pass rate %", passes)),
             "path": dg.MetadataValue.path(str(path))})
 

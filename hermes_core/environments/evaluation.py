@@ -21,8 +21,10 @@ def _rewards(records: list[dict[str, Any]]) -> list[float]:
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Figures over the groups: overall and per category (pass rate = share of rollouts scoring 1)."""
     by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_split: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_category[record["category"]].append(record)
+        by_split[record["split"]].append(record)
     rewards = _rewards(records)
     rollouts = [facts for record in records for facts in record["rollouts"]]
     figures: dict[str, Any] = {
@@ -35,14 +37,16 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_errors": sum(f["tool_errors"] for f in rollouts),
         "tokens": sum(len(tokens) for record in records for tokens in record["tokens"]),
         "trained_tokens": sum(m != IGNORE for record in records for masks in record["masks"] for m in masks),
-        "categories": {},
+        "categories": {category: _part(group) for category, group in sorted(by_category.items())},
+        "splits": {split: _part(group) for split, group in sorted(by_split.items())},  # eval: the held-out tasks
     }
-    for category, group in sorted(by_category.items()):
-        scores = _rewards(group)
-        figures["categories"][category] = {
-            "groups": len(group), "pass_rate": round(mean(float(r >= PASS_REWARD) for r in scores), 4),
-            "mean_reward": round(mean(scores), 4), "std_reward": round(pstdev(scores), 4)}
     return figures
+
+
+def _part(records: list[dict[str, Any]]) -> dict[str, Any]:
+    scores = _rewards(records)
+    return {"groups": len(records), "pass_rate": round(mean(float(r >= PASS_REWARD) for r in scores), 4),
+            "mean_reward": round(mean(scores), 4), "std_reward": round(pstdev(scores), 4)}
 
 
 def best_of_n_rows(records: list[dict[str, Any]], min_reward: float, run_name: str) -> list[dict[str, Any]]:

@@ -80,6 +80,8 @@ def test_an_environment_run_resumes_by_task_and_its_evaluation_equals_its_groups
     assert shown["pass_rate"].value == pytest.approx(4 / 6, abs=1e-4) and shown["zero_variance_groups"].value == 3
     assert shown["categories"].value == {"files": {"groups": 2, "pass_rate": 0.5, "mean_reward": 0.5, "std_reward": 0.5},
                                          "shell": {"groups": 1, "pass_rate": 1.0, "mean_reward": 1.0, "std_reward": 0.0}}
+    assert shown["splits"].value == {"train": {"groups": 3, "pass_rate": 0.6667, "mean_reward": 0.6667,
+                                               "std_reward": 0.4714}}
     rows = [json.loads(line) for line in (root / NAME / "sft.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["reward"], r["member"], r["run_name"], r["model"]) for r in rows] == [
         ("right", 1.0, 0, NAME, "hermes-sim"), ("shell", 1.0, 0, NAME, "hermes-sim")]
