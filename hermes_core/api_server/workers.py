@@ -2,7 +2,7 @@
 
 Their number is fixed by the run cap: each run has at most PARALLEL_TOOLS_PER_RUN tool calls in flight
 plus one thread for its sandbox, and a run ends (freeing its slot) only when its threads have returned
-(a cancelled run's commands are stopped first: see hermes_core.agent.loop). So the runs in progress can
+(a cancelled run's commands are stopped first: see hermes_core.agent.session). So the runs in progress can
 never take the threads that another run needs, however their clients come and go.
 """
 

@@ -118,4 +118,4 @@ def run_tasks(run: EnvRun, root: Path, tasks: list[Task], endpoint: Endpoint,
     tokenizer = load_tokenizer(run.tokenizer)
     with get_backend(run.sandbox) as backend:
         return run_groups(jobs, settings, run.group_size, backend, tokenizer, ledger, retries=run.retries,
-                          concurrency=run.concurrency, on_group=on_group)
+                          concurrency=run.concurrency, done=done, on_group=on_group)

@@ -161,13 +161,13 @@ class _GroupPool:
 
 def run_groups(jobs: list[tuple[Task, int]], settings: RolloutSettings, group_size: int,
                backend: SandboxBackend, tokenizer: ChatTokenizer, ledger: GroupLedger, *,
-               retries: int = 2, concurrency: int = 8,
+               retries: int = 2, concurrency: int = 8, done: dict[str, dict[str, Any]] | None = None,
                on_group: Callable[[dict[str, Any] | GroupFailed], None] = lambda _: None) -> dict[str, int]:
     """Blocking: every (task, group) whose key the ledger lacks, `concurrency` groups at once (over
     worker processes from 16 groups up); this process appends each scored group the moment it ends.
-    Returns counts: run, skipped (already scored), failed."""
+    Returns counts: run, skipped (already scored), failed. `done`: the ledger's records, when read already."""
     fingerprint = settings_fingerprint(settings, group_size)
-    done = ledger.records()
+    done = ledger.records() if done is None else done
     todo = [(task, group) for task, group in jobs if group_key(task, group, fingerprint) not in done]
     counts = {"run": 0, "skipped": len(jobs) - len(todo), "failed": 0}
     if not todo:
