@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import dagster as dg
 
+from hermes_assets.export_assets import export_assets
 from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.run_assets import fail_batches
@@ -17,6 +18,7 @@ from hermes_core.environments.env_run import EnvRun, partition_key, run_tasks
 from hermes_core.environments.evaluation import best_of_n_rows, summary
 from hermes_core.environments.groups import GroupFailed, alignment_problems
 from hermes_core.environments.tasks import TaskFileError
+from hermes_core.exports.rows import SFT_ROWS
 from hermes_core.fileio import atomic_write_json, atomic_write_jsonl
 
 ENV_TAG = "hermes/environment"
@@ -86,11 +88,13 @@ def build_environment_assets(run: EnvRun, root: Path) -> list[dg.AssetsDefinitio
               "(reward-filtered SFT).")
     def sft_rows(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         rows = best_of_n_rows(run.current_records(root, _tasks(run).tasks), run.min_reward, name)
-        path = folder / "sft.jsonl"
+        path = folder / SFT_ROWS
         atomic_write_jsonl(path, rows)
         return dg.MaterializeResult(metadata={"rows": len(rows), "path": dg.MetadataValue.path(str(path))})
 
-    return [task_set, scored_rollouts, evaluation, sft_rows]
+    # The reward-filtered rows feed the batch runs' exports (HF dataset + card, Parquet, TRL messages).
+    exports = export_assets(name, folder, [sft_rows.key], prepare=lambda context: None)
+    return [task_set, scored_rollouts, evaluation, sft_rows, *exports]
 
 
 def _score(context: dg.AssetExecutionContext, run: EnvRun, root: Path, tasks: list, endpoint) -> Iterator[Any]:

@@ -4,7 +4,7 @@ Thin: the work is in `hermes_core.exports`."""
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import dagster as dg
 
@@ -26,23 +26,33 @@ EXPORT_NAMES = ["hf_dataset", "trl_messages"]  # the assets below, by name
 
 
 def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinition]:
+    """A batch run's exports: after statistics too (the dataset card quotes the run's counts from
+    statistics.json). The blocking checks of filtered_trajectories gate both: in the same run Dagster
+    skips them, in a later run `refuse_if_blocked` fails them with the names of the failed checks."""
     run = recipe.run_name
     folder = run_dir(data_root, run)
-    # After statistics too: the dataset card quotes the run's counts from statistics.json. The blocking
-    # checks of filtered_trajectories gate both exports: in the same run Dagster skips them, in a later
-    # run `refuse_if_blocked` fails them with the names of the failed checks.
-    common = {"key_prefix": [run], "group_name": run, "code_version": CODE_VERSIONS["exports"],
-              "deps": [dg.AssetKey([run, "filtered_trajectories"]), dg.AssetKey([run, "statistics"])]}
+
+    def prepare(context: dg.AssetExecutionContext) -> None:
+        attribute_run(context, recipe, folder)
+        refuse_if_blocked(context, run)
+
+    return export_assets(run, folder, [dg.AssetKey([run, "filtered_trajectories"]), dg.AssetKey([run, "statistics"])],
+                         prepare)
+
+
+def export_assets(run: str, folder: Path, deps: list[dg.AssetKey],
+                  prepare: Callable[[dg.AssetExecutionContext], None]) -> list[dg.AssetsDefinition]:
+    """`hf_dataset` and `trl_messages` of the run in `folder` (a batch run, or an environment run's
+    reward-filtered rows), after `deps`; `prepare` runs first in each step."""
+    common = {"key_prefix": [run], "group_name": run, "code_version": CODE_VERSIONS["exports"], "deps": deps}
 
     @dg.asset(**common, **catalog("export", "huggingface", "parquet"),
-              description="Kept trajectories as an HF dataset (save_to_disk) and Parquet, with a "
+              description="Kept rows as an HF dataset (save_to_disk) and Parquet, with a "
               f"dataset card, one fixed schema; pushed to the Hub when ${REPO_ENV} is set.")
     def hf_dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import hf
 
-        attribute_run(context, recipe, folder)
-        refuse_if_blocked(context, run)
-
+        prepare(context)
         result = hf.export_hf(folder)
         metadata: dict[str, object] = {
             "dagster/row_count": result.rows,
@@ -57,14 +67,12 @@ def build_export_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefini
         return dg.MaterializeResult(metadata=metadata)
 
     @dg.asset(**common, **catalog("export", "json", "parquet"),
-              description="Kept trajectories as OpenAI messages (tool_calls, role: tool, "
+              description="Kept rows as OpenAI messages (tool_calls, role: tool, "
               "reasoning_content) with a JSON-string tools column, for TRL SFTTrainer: JSONL + Parquet.")
     def trl_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from hermes_core.exports import trl
 
-        attribute_run(context, recipe, folder)
-        refuse_if_blocked(context, run)
-
+        prepare(context)
         result = trl.export_trl(folder)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": result.rows,

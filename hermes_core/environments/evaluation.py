@@ -9,7 +9,7 @@ from statistics import mean, pstdev
 from typing import Any
 
 from hermes_core.environments.tokens import IGNORE
-from hermes_core.formats.sharegpt import to_conversations
+from hermes_core.formats.sharegpt import to_conversations, tool_stats
 
 PASS_REWARD = 1.0
 
@@ -50,22 +50,31 @@ def _part(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def best_of_n_rows(records: list[dict[str, Any]], min_reward: float, run_name: str) -> list[dict[str, Any]]:
-    """Each group's best rollout (the first of equals) scoring at least `min_reward`: its ShareGPT
-    `conversations` and, in the TRL export's form, `messages` and `tools` (a JSON string), with fields
-    that lead back to its task, group, reward, run and model."""
+    """Each group's best rollout (the first of equals) scoring at least `min_reward`, as a trajectory row
+    (SPEC §8.1 fields, so `hermes-foundry export` turns the file into HF / Parquet / TRL like a batch run's)
+    plus, in the TRL export's form, `messages` and `tools` (a JSON string). The lineage (task, group,
+    reward, rollout) is in `extra` and at the top level; run and model in `metadata` and at the top level."""
     from hermes_core.exports.trl import agent_to_messages  # imports datasets (~2 s): only when exporting
 
     rows = []
-    for record in records:
+    for index, record in enumerate(records):
         best = max(range(len(record["scores"])), key=lambda member: (record["scores"][member], -member))
         if record["scores"][best] < min_reward:
             continue
-        facts = record["rollouts"][best]
+        facts, messages = record["rollouts"][best], record["messages"][best]
         tools = [tool["function"] for tool in facts["tools"]]
-        rows.append({"conversations": to_conversations(record["messages"][best], tools),
-                     "messages": agent_to_messages(record["messages"][best]), "tools": json.dumps(facts["tools"]),
-                     "task_id": record["task_id"], "task_key": record["task_key"], "category": record["category"],
-                     "reward": record["scores"][best], "group": record["group"], "group_key": record["key"],
-                     "rollout_key": facts["key"], "member": best, "run_name": run_name, "model": record["model"],
-                     "served_model": facts["served_model"], "toolsets": facts["toolsets"]})
+        stats, _ = tool_stats(messages, [])
+        lineage = {"task_id": record["task_id"], "task_key": record["task_key"], "category": record["category"],
+                   "reward": record["scores"][best], "group": record["group"], "group_key": record["key"],
+                   "rollout_key": facts["key"], "member": best}
+        rows.append({
+            "prompt_index": index, "conversations": to_conversations(messages, tools),
+            "metadata": {"run_name": run_name, "model": record["model"], "served_model": facts["served_model"]},
+            "completed": True, "partial": False, "api_calls": facts["api_calls"], "toolsets_used": facts["toolsets"],
+            "tool_stats": stats, "sample_key": facts["key"], "tools_offered": [tool["name"] for tool in tools],
+            "toolset_seed": facts.get("toolset_seed"), "usage": facts["usage"], "id": record["task_id"],
+            "extra": lineage,
+            "messages": agent_to_messages(messages), "tools": json.dumps(facts["tools"]),
+            **lineage, "run_name": run_name, "model": record["model"], "served_model": facts["served_model"],
+            "toolsets": facts["toolsets"]})
     return rows

@@ -56,7 +56,7 @@ def _rollout_facts(rollout: Rollout) -> dict[str, Any]:
     _, failures = tool_stats(rollout.messages, [])
     return {"member": rollout.member, "key": rollout.key, "reward": rollout.reward, "detail": rollout.detail,
             "toolsets": rollout.toolsets, "tools": rollout.tools, "api_calls": rollout.api_calls,
-            "usage": rollout.usage, "served_model": rollout.served_model,
+            "usage": rollout.usage, "served_model": rollout.served_model, "toolset_seed": rollout.toolset_seed,
             "turns": sum(m["role"] == "assistant" for m in rollout.messages), "tool_errors": sum(failures.values())}
 
 

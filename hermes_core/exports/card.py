@@ -11,7 +11,8 @@ import yaml
 
 from hermes_core.config import VERSION
 from hermes_core.tools.distributions import DistributionError
-from hermes_core.exports.rows import ExportPaths, ExportRow
+from hermes_core.endpoints import SIMULATED_MODEL_ID
+from hermes_core.exports.rows import SFT_ROWS, ExportPaths, ExportRow
 from hermes_core.formats.filters import Disposition
 from hermes_core.batch.pipeline import served_by_simulator
 from hermes_core.batch.recipe import Recipe
@@ -77,6 +78,24 @@ def _recipe_section(recipe: Recipe | None) -> list[str]:
     return ["| setting | value |", "|---|---|"] + [f"| {name} | {value} |" for name, value in rows]
 
 
+def _environment_section(items: list[ExportRow]) -> list[str]:
+    """An environment run has no recipe: say what its rows are and where their rewards came from."""
+    extras = [item.row.get("extra") or {} for item in items]
+    rewards = [extra["reward"] for extra in extras if "reward" in extra]
+    tasks = {extra.get("task_id") for extra in extras}
+    return [f"Reward-filtered best-of-N rollouts of an environment run (`{SFT_ROWS}`): for each scored group, "
+            "its best rollout when it reached the run's `min_reward`, verified in its own sandbox.",
+            "", f"- rows: {len(items)} from {len(tasks)} task(s); rewards {min(rewards, default=0):g} to "
+            f"{max(rewards, default=0):g}",
+            "- `extra` names each row's task, group, reward and rollout; `metadata` its run and model"]
+
+
+def _environment_counts(evaluation: dict[str, Any], rows: int) -> list[str]:
+    return ["| groups scored | rollouts | pass rate | mean reward | rows in this export |", "|---|---|---|---|---|",
+            f"| {evaluation.get('groups', '—')} | {evaluation.get('rollouts', '—')} | {evaluation.get('pass_rate', '—')} "
+            f"| {evaluation.get('mean_reward', '—')} | {rows} |"]
+
+
 def _counts_section(statistics: dict[str, Any], exported: Counter) -> list[str]:
     lines = ["| outcome | samples in the run | rows in this export |", "|---|---|---|"]
     counts = statistics.get("counts") or {}
@@ -107,9 +126,10 @@ def render_card(paths: ExportPaths, items: list[ExportRow], *, features: "datase
     run = paths.run.root.name
     recipe_data = _read_json(paths.run.recipe)
     recipe = Recipe.from_json(recipe_data) if recipe_data else None
-    simulated = served_by_simulator(paths.run)
     metadata = [item.row.get("metadata") or {} for item in items]
     served = sorted({m.get("served_model") for m in metadata if m.get("served_model")})
+    environment = not paths.run.prompts.is_file() and (paths.run.root / SFT_ROWS).is_file()
+    simulated = any(SIMULATED_MODEL_ID in s for s in served) if environment else served_by_simulator(paths.run)
     versions = sorted({m.get("code_version") for m in metadata if m.get("code_version")})
     dataset_sha = _read_json(paths.run.dataset).get("sha256", "unknown")
     where = repo_id or "<user>/<repo>"
@@ -126,9 +146,12 @@ def render_card(paths: ExportPaths, items: list[ExportRow], *, features: "datase
     if paths.include_discarded:
         lines += ["", "> This export **includes discarded samples** (see the `disposition` column). Keep only "
                       "`disposition == \"kept\"` for training."]
-    lines += ["", "## Recipe", "", *_recipe_section(recipe), "",
+    recipe_lines = _environment_section(items) if environment else _recipe_section(recipe)
+    lines += ["", "## Recipe", "", *recipe_lines, "",
               f"Models that served the samples: {', '.join(f'`{s}`' for s in served) or 'unknown'}.", "",
-              "## Counts", "", *_counts_section(_read_json(paths.run.statistics), Counter(i.disposition for i in items)),
+              "## Counts", "", *(_environment_counts(_read_json(paths.run.root / "evaluation.json"), len(items))
+                                 if environment else
+                                 _counts_section(_read_json(paths.run.statistics), Counter(i.disposition for i in items))),
               "", "## Provenance", "",
               f"- rows: {len(items)}",
               f"- content sha256 (exported rows as canonical JSON lines): `{sha256}`",

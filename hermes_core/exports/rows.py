@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hermes_core.batch.pipeline import RunPaths, current_records
-from hermes_core.fileio import fsync_path
+from hermes_core.fileio import fsync_path, read_jsonl
 from hermes_core.formats.filters import Disposition
 
 DISCARDED = frozenset({Disposition.DISCARDED_NO_REASONING, Disposition.DISCARDED_HALLUCINATED_TOOL,
                        Disposition.DISCARDED_INCOMPLETE})
+SFT_ROWS = "sft.jsonl"  # an environment run's reward-filtered rows (its `sft_rows` asset writes them)
 
 
 class ExportError(ValueError):
@@ -45,7 +46,10 @@ class ExportRow:
 
 
 def collect_rows(paths: RunPaths, include_discarded: bool = False) -> list[ExportRow]:
-    """Kept (and optionally discarded) samples of the current dataset, in prompt order."""
+    """Kept (and optionally discarded) samples of the current dataset, in prompt order; for an environment
+    run, its reward-filtered rows (all kept: the filter was the reward)."""
+    if not paths.prompts.is_file() and (paths.root / SFT_ROWS).is_file():
+        return [ExportRow(row, Disposition.KEPT, None) for row in read_jsonl(paths.root / SFT_ROWS)]
     if not paths.prompts.is_file():
         raise ExportError(f"{paths.root}: no planned run here (run hermes-batch, or materialize its prompts)")
     wanted = {Disposition.KEPT} | (DISCARDED if include_discarded else set())

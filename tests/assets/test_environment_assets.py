@@ -93,6 +93,25 @@ def test_an_environment_run_resumes_by_task_and_its_evaluation_equals_its_groups
     loaded = datasets.load_dataset("json", data_files=str(root / NAME / "sft.jsonl"), split="train")
     assert loaded.num_rows == 2 and {"conversations", "messages", "tools", "reward", "task_id"} <= set(loaded.column_names)
 
+    # The rows feed the batch runs' exports: an HF dataset + card and TRL messages, lineage in each row.
+    assert materialize(defs, [f"{NAME}/hf_dataset", f"{NAME}/trl_messages"]).success and sent.counts() == {}
+    exported = datasets.load_from_disk(str(root / NAME / "hf"))
+    lineage = [json.loads(extra) for extra in exported["extra"]]
+    assert [(x["task_id"], x["reward"], x["group"]) for x in lineage] == [("right", 1.0, 0), ("shell", 1.0, 0)]
+    assert [m["run_name"] for m in exported["metadata"]] == [NAME, NAME]
+    assert exported[0]["conversations"] == rows[0]["conversations"] and exported[0]["sample_key"] == lineage[0]["rollout_key"]
+    card = (root / NAME / "hf" / "README.md").read_text()
+    assert "Reward-filtered best-of-N" in card and "SIMULATED" in card and "| 3 | 6 | 0.6667 |" in card
+    messages = [json.loads(line) for line in (root / NAME / "trl" / "messages.jsonl").read_text().splitlines()]
+    assert [m["messages"][0]["content"] for m in messages] == [prompts["right"], prompts["shell"]]
+    assert messages[0]["messages"][1]["tool_calls"][0]["function"]["name"] == "terminal"
+    shown = instance.get_latest_materialization_event(key("hf_dataset")).asset_materialization.metadata
+    assert shown["dagster/row_count"].value == 2
+    from hermes_core.exports import export_main  # and from the CLI: `hermes-foundry export --run_name rl`
+
+    assert export_main(["--run_name", NAME, "--output_dir", str(root), "--format", "parquet"]) == 0
+    assert datasets.load_dataset("parquet", data_files=str(root / NAME / "trajectories.parquet"), split="train").num_rows == 2
+
 
 def test_a_failed_blocking_check_stops_the_sft_export(environment, sim_server):
     root, _ = environment
