@@ -29,6 +29,18 @@ def processes_with(text: str) -> list[str]:
     return found
 
 
+def host_uid_of(command: str) -> int | None:
+    """The host uid of the live process whose command line is `command` (arguments space-separated)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace").strip() == command:
+                status = (cmdline.parent / "status").read_text()
+                return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+        except OSError:
+            continue
+    return None
+
+
 def ignoring(signals: str, argv: list[str]) -> list[str]:
     """`argv` started with `signals` (e.g. "INT TERM") ignored, as a script's background job starts."""
     return ["bash", "-c", f'trap "" {signals}; exec "$@"', "bash", *argv]

@@ -27,13 +27,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
 from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_DIRECTORY, READ_SCRIPT, ExecResult, Sandbox,
                                       SandboxBackend, SandboxError, SandboxSettings, script_read, too_large)
-from hermes_core.sandbox.exec_server import ExecServer, server_binary
+from hermes_core.sandbox.exec_server import KILL_TIMEOUT_S, ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
                                          session_names)
@@ -46,6 +45,8 @@ from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
 from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, owner_record, pin_namespace,
                                            sanitized_env, shell_exit_code, write_owner)
 from hermes_core.sandbox.trees import remove_tree
+from hermes_core.sandbox.slots import Slot
+from hermes_core.sandbox.zygote import joined_argv, session_pidfd
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -54,8 +55,9 @@ FILE_TIMEOUT_S = 60.0
 _NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
 _WRITE = f'[ -d "$1" ] && exit {READ_DIRECTORY}; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-_NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-                    "--new-session", "--cap-drop", "ALL"]  # as root, bwrap would otherwise keep every capability
+_ZYGOTE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+                 "--new-session"]
+_NAMESPACE_FLAGS = [*_ZYGOTE_FLAGS, "--cap-drop", "ALL"]  # as root, bwrap would otherwise keep every capability
 
 
 def image_dir_name(image: str) -> str:
@@ -70,14 +72,14 @@ def _tag(state_root: Path) -> str:
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
-    def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
-                 rootfs: Path | None, slot: "_Slot", give_back: Callable[["_Slot", bool], None],
+    def __init__(self, session_id: str, make_state_dir: Callable[[], Path], settings: SandboxSettings, cwd: str,
+                 rootfs: Path | None, slot: "Slot", give_back: Callable[["Slot", bool], None],
                  launcher: Path | None = None) -> None:
-        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
+        self.session_id, self.cwd, self.cgroup = session_id, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
-        (state_dir / "logs").mkdir()
-        self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
+        self._make_state_dir, self._state_dir = make_state_dir, None
+        self.jobs = BackgroundJobs(None, self.output_cap)  # its logs' folder: with the state folder
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
@@ -92,9 +94,28 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         if self._ids is not None and launcher is None:
             raise SandboxError(NO_LAUNCHER)
         self._disk = str(settings.disk_mb << 20)
-        self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
+        # As root without an image, the slot's zygote makes the session (zygote.py): no bubblewrap of its own.
+        self._zygote = rootfs is None and self._ids is not None and self._server_binary is not None
+        self._session_pid: int | None = None  # the host pid of the session's pid 1 (its server)
+        self._session_pidfd: int | None = None
+        if not self._zygote:
+            self.state_dir  # noqa: B018 (made now: the layout below binds folders of it)
+        if self._zygote:
+            self._layout: list[str] = []
+        else:
+            self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
+
+    @property
+    def state_dir(self) -> Path:
+        """The session's folder on the host (owner file, background jobs' logs; without root its files),
+        made at its first use: a session the zygote makes needs none until it starts a background job."""
+        if self._state_dir is None:
+            self._state_dir = self._make_state_dir()
+            (self._state_dir / "logs").mkdir()
+            self.jobs.log_dir = self._state_dir / "logs"
+        return self._state_dir
 
     def _host_layout(self) -> list[str]:
         if self._ids is None:  # not root: plain folders of the invoking user (a tmpfs here needs root)
@@ -157,6 +178,13 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
         return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
 
+    def _zygote_argv(self, ctl: int, exe: int) -> list[str]:
+        """The slot's zygote: pid 1 of a bubblewrap on the host's system folders (read-only), keeping the
+        capabilities of the slot's user namespace (whose root is unprivileged on the host) to make sessions."""
+        return [*self._enter(), BWRAP or "bwrap", *_ZYGOTE_FLAGS, "--as-pid-1", *host_layout(), "--proc", "/proc",
+                "--dev", "/dev", "--dir", "/newroot", "--dir", "/layer", "--remount-ro", "/", "--chdir", "/", "--",
+                f"/proc/self/fd/{exe}", "--zygote", str(ctl), str(exe)]
+
     def _exec_server(self) -> ExecServer | None:
         """The session's exec server, started now if need be; None when commands run one bubblewrap each."""
         if self._server_binary is None:
@@ -164,6 +192,11 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         with self._server_lock:
             if self._closed:
                 raise SandboxError(f"sandbox {self.session_id!r} is closed")
+            if self._server is None and self._zygote:
+                ctl, pid = self._slot.zygote_for(self._zygote_argv, self._launcher).open(
+                    self.cwd, int(self._disk), ID_COUNT)
+                self._server = ExecServer.attached(ctl)
+                self._session_pid, self._session_pidfd = pid, session_pidfd(pid)
             if self._server is None:
                 # The server is pid 1 of the sandbox, started from an fd: nothing is added to its files.
                 # Its launcher makes the writable layer unless a bubblewrap before it did.
@@ -232,6 +265,12 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
                           timed_out=status is None, truncated=truncated)
 
     def spawn(self, command: str, pty: bool = False) -> int:
+        if self._zygote:  # into the session the zygote made, with a pid namespace of its own
+            self._exec_server()
+            assert self._session_pidfd is not None and self._launcher is not None
+            procs = self.cgroup.procs_files if self.cgroup else []
+            argv = joined_argv(self._launcher, procs, self._session_pidfd, self.cwd, [self.shell, "-c", command])
+            return self.jobs.start(command, argv, str(self.state_dir), self.env, (self._session_pidfd,), pty)
         argv = self._argv([self.shell, "-c", command])
         return self.jobs.start(command, argv, str(self.state_dir), self.env, tuple(self._fds.values()), pty)
 
@@ -258,14 +297,23 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             server, self._server = self._server, None
         if server is not None:
             server.stop()  # its pid namespace ends, and every command with it
-        # Anything else still in the session, however it detached; an empty cgroup is proof that
-        # nothing of this session can reach the next one, so only then is the slot reused.
-        emptied = self.cgroup.kill_all() if self.cgroup is not None else False
+        if self._session_pidfd is not None:
+            os.close(self._session_pidfd)
+            self._session_pidfd = None
+        zygote = self._slot.zygote
+        if zygote is not None and zygote.wait_ended(KILL_TIMEOUT_S):
+            emptied = True  # the zygote saw the session's pid 1 reaped: the kernel ended all of it
+        else:
+            # Anything else still in the session, however it detached; an empty cgroup is proof that
+            # nothing of this session can reach the next one, so only then is the slot reused.
+            self._slot.stop_zygote()
+            emptied = self.cgroup.kill_all() if self.cgroup is not None else False
         if "mnt" in self._fds:
             os.close(self._fds.pop("mnt"))  # frees the overlay mount
         self._fds.clear()
         self._give_back(self._slot, emptied)
-        remove_tree(self.state_dir)
+        if self._state_dir is not None:
+            remove_tree(self._state_dir)
 
 
 def _quota_hint(message: str, disk: str) -> str:
@@ -284,24 +332,6 @@ def _exit_code(status: int) -> int:
         raise SandboxError(f"the sandbox reported an impossible exit status {status}") from exc
 
 
-@dataclass
-class _Slot:
-    """What sessions use one after another: a cgroup and a loopback-only network namespace (pinned
-    by an fd). Creating and destroying both costs ~5 ms of CPU per session; reusing them is safe
-    once the cgroup is empty, because no process of the previous session is left to hold a socket."""
-
-    cgroup: SessionCgroup | None
-    net_fd: int | None
-
-    def destroy(self, keep_cgroup: bool = False) -> None:
-        """Free the network namespace; remove the cgroup unless `keep_cgroup` (the caller retires it)."""
-        if self.net_fd is not None:
-            os.close(self.net_fd)  # frees the network namespace
-            self.net_fd = None
-        if self.cgroup is not None and not keep_cgroup:
-            self.cgroup.remove()
-
-
 class BubblewrapBackend(SandboxBackend):
     """Sessions in `state_root/<session_id>-<random>/` (owner file, logs, /tmp, cwd or overlay upper);
     their slots' cgroups are `hermes-foundry/o<owner pid>-<owner start>-<state root tag>-slot<random>`.
@@ -316,7 +346,7 @@ class BubblewrapBackend(SandboxBackend):
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
         self._spares = SparePool(self.hierarchy) if self.hierarchy else None
-        self._idle: list[_Slot] = []
+        self._idle: list[Slot] = []
         self._lock = threading.Lock()
 
     def _rootfs(self, image: str) -> tuple[Path | None, str | None]:
@@ -356,21 +386,27 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(f"{image_label(image)}: {problem}")
         inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
-        write_owner(state_dir, session_id)
+        made: list[Path] = []
+
+        def make_state_dir() -> Path:
+            made.append(Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root)))
+            write_owner(made[-1], session_id)
+            return made[-1]
+
         slot = None
         try:
             slot = self._take_slot(session_id)
-            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back,
-                                        server_binary())
+            sandbox = BubblewrapSandbox(session_id, make_state_dir, self.settings, inside, rootfs, slot,
+                                        self._give_back, server_binary())
         except BaseException:
             if slot is not None:
                 slot.destroy()
-            remove_tree(state_dir)
+            for folder in made:
+                remove_tree(folder)
             raise
         return sandbox
 
-    def _take_slot(self, session_id: str) -> _Slot:
+    def _take_slot(self, session_id: str) -> Slot:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
@@ -384,7 +420,7 @@ class BubblewrapBackend(SandboxBackend):
                     SessionCgroup.create(self._spares.hierarchy, name, s.memory_mb, s.pids, s.cpus)
             except CgroupError:
                 cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
-        slot = _Slot(cgroup, None)
+        slot = Slot(cgroup, None, self.state_root)
         if not self.settings.network:
             try:
                 slot.net_fd = pin_namespace([BWRAP or "bwrap", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL",
@@ -395,7 +431,7 @@ class BubblewrapBackend(SandboxBackend):
                 raise
         return slot
 
-    def _give_back(self, slot: _Slot, emptied: bool) -> None:
+    def _give_back(self, slot: Slot, emptied: bool) -> None:
         with self._lock:
             if emptied and slot.cgroup is not None:
                 self._idle.append(slot)

@@ -43,10 +43,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exec_server.h"
+
 #define MAX_REQUEST (8u << 20)
 #define MAX_ITEMS 65536u
 
-static int read_full(int fd, void *buf, size_t len) {
+int read_full(int fd, void *buf, size_t len) {
   char *at = buf;
   while (len) {
     ssize_t got = read(fd, at, len);
@@ -57,7 +59,7 @@ static int read_full(int fd, void *buf, size_t len) {
   return 0;
 }
 
-static void write_full(int fd, const void *buf, size_t len) {
+void write_full(int fd, const void *buf, size_t len) {
   const char *at = buf;
   while (len) {
     ssize_t put = write(fd, at, len);
@@ -210,7 +212,7 @@ static pid_t userns_child(unsigned long host, unsigned long count) {
   return ok ? child : -1;
 }
 
-static int parse_ids(const char *host, const char *count, unsigned long *h, unsigned long *c) {
+int parse_ids(const char *host, const char *count, unsigned long *h, unsigned long *c) {
   char *end1, *end2;
   *h = strtoul(host, &end1, 10), *c = strtoul(count, &end2, 10);
   return *host && *count && !*end1 && !*end2 && *h > 0 && *c > 0 && *c <= 65536 && *h + *c <= 4294967294ul;
@@ -375,17 +377,11 @@ static int enter(int argc, char **argv) {
   return 127;
 }
 
-int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--enter")) return enter(argc, argv);
-  if (argc > 1 && !strcmp(argv[1], "--layer")) return layer(argc, argv);
+/* The server loop on CTL (see the top of this file): "R", then a supervisor per command; returns
+ * when the parent closes CTL. */
+int serve(int ctl) {
   prctl(PR_SET_DUMPABLE, 0);  /* first: commands must not reach this process's fds or memory */
   prctl(PR_SET_NAME, "exec-server");  /* what `ps` shows instead of the fd it was started from */
-  if (argc != 3) return 2;
-  int ctl = atoi(argv[1]), exe = atoi(argv[2]);
-  close(exe);
-  if (dup2(ctl, 3) < 0) return 2;
-  ctl = 3;
-  syscall(SYS_close_range, 4, ~0u, 0);  /* namespace fds the launcher held */
   signal(SIGCHLD, SIG_IGN);  /* pid 1: supervisors and orphans are reaped by the kernel */
   signal(SIGPIPE, SIG_IGN);
   write_full(ctl, "R", 1);
@@ -416,4 +412,24 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < 4; i++) close(fds[i]);
   }
+}
+
+/* argv: exec-server CTL_FD EXE_FD, or a mode (--enter, --layer, --zygote, --join) and its arguments. */
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--enter")) return enter(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "--layer")) return layer(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "--zygote")) return zygote(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "--join")) return join(argc, argv);
+  if (argc != 3) return 2;
+  int ctl = adopt_fds(argv[1], argv[2]);
+  return ctl < 0 ? 2 : serve(ctl);
+}
+
+/* CTL as fd 3 and nothing else open above it (EXE, and namespace fds the launcher held, closed). */
+int adopt_fds(const char *ctl_text, const char *exe_text) {
+  int ctl = atoi(ctl_text), exe = atoi(exe_text);
+  close(exe);
+  if (dup2(ctl, 3) < 0) return -1;
+  syscall(SYS_close_range, 4, ~0u, 0);
+  return 3;
 }

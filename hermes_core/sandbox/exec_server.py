@@ -34,7 +34,8 @@ from hermes_core.config import usable_cores
 from hermes_core.sandbox.base import SandboxError, SandboxFailed
 from hermes_core.sandbox.processes import popen_lasting
 
-SOURCE = Path(__file__).with_name("exec_server.c")
+SOURCES = [Path(__file__).with_name(name) for name in ("exec_server.c", "zygote.c")]
+HEADER = Path(__file__).with_name("exec_server.h")
 START_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 5.0  # from asking for a kill to the status: the supervisor only has to SIGKILL and reap
 DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped the supervisor
@@ -46,6 +47,7 @@ STARTS_AT_ONCE = 4 * usable_cores()
 _starting = threading.BoundedSemaphore(STARTS_AT_ONCE)
 _build_lock = threading.Lock()
 _built: dict[str, Path | None] = {}
+_digest: str | None = None
 
 
 def _reset_after_fork() -> None:
@@ -64,9 +66,11 @@ def _cache_dir() -> Path:
 def server_binary() -> Path | None:
     """The compiled server (static, cached per source hash in a folder only this user may write:
     sandboxes run it), or None when there is no C compiler or it fails (one bubblewrap per command)."""
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
+    global _digest
     with _build_lock:
+        if _digest is None:  # the sources of this process's code (read once: every sandbox asks)
+            _digest = hashlib.sha256(b"".join(path.read_bytes() for path in (*SOURCES, HEADER))).hexdigest()[:16]
+        digest = _digest
         if digest in _built:
             return _built[digest]
         _built[digest] = _build(digest)
@@ -88,8 +92,8 @@ def _build(digest: str) -> Path | None:
             return None
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             built = Path(scratch) / "exec-server"
-            done = subprocess.run([compiler, "-static", "-O2", "-o", str(built), str(SOURCE)], capture_output=True,
-                                  timeout=120)
+            done = subprocess.run([compiler, "-static", "-O2", "-Wall", "-o", str(built), *map(str, SOURCES)],
+                                  capture_output=True, timeout=120)
             if done.returncode != 0:
                 return None
             built.chmod(0o555)
@@ -111,53 +115,82 @@ def _request(argv: list[str], cwd: str, env: dict[str, str]) -> bytes:
     return struct.pack("=I", len(body)) + body
 
 
+def start_server(argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
+                 pass_fds: tuple[int, ...], log_path: Path | None = None) -> tuple[socket.socket, subprocess.Popen]:
+    """Start a process of `binary` (the launcher runs what `argv(ctl fd, exe fd)` says) and wait for its
+    ready byte; its control socket and process, or SandboxFailed (a sandbox that cannot start is broken:
+    its sample is never kept as data). Its stderr is `log_path` (default `cwd`/exec-server.log)."""
+    with _starting:
+        return _start(argv, binary, cwd, env, pass_fds, log_path or cwd / "exec-server.log")
+
+
+def _start(argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
+           pass_fds: tuple[int, ...], log_path: Path) -> tuple[socket.socket, subprocess.Popen]:
+    ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    exe = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with open(log_path, "wb") as log:
+            proc = popen_lasting(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=log, cwd=cwd, env=env, start_new_session=True,
+                                 pass_fds=(theirs.fileno(), exe, *pass_fds))
+    except OSError as exc:
+        ctl.close()
+        raise SandboxFailed(f"could not start bubblewrap: {exc}") from exc
+    finally:
+        theirs.close()
+        os.close(exe)
+    ctl.settimeout(START_TIMEOUT_S)
+    try:
+        ready = ctl.recv(1)
+    except TimeoutError:
+        ready = None
+    except OSError:
+        ready = b""
+    if ready == b"R":
+        return ctl, proc
+    ctl.close()
+    kill_launched(proc)  # not ready: nothing in it to wait for
+    logged = log_path.read_text(errors="replace").strip()[-2000:]
+    if ready is None:
+        why = f"it was not ready within {START_TIMEOUT_S:.0f} s" + (f": {logged}" if logged else "")
+    else:
+        why = logged or f"it exited (status {proc.returncode}) before it was ready"
+    raise SandboxFailed(f"could not start the sandbox: {why}")
+
+
+def kill_launched(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a launcher started by `start_server`, and reap it."""
+    try:
+        os.killpg(proc.pid, 9)
+    except OSError:
+        pass
+    proc.wait()
+
+
 class ExecServer:
-    """One sandbox's server: `launch` starts it (the launcher process is what `argv` runs), `call`
-    runs a command through it, `stop` ends it and with it every process of the sandbox."""
+    """One sandbox's server: started by `argv` (the launcher process it runs), or `attached` to one a
+    zygote started; `call` runs a command through it, `stop` ends it and with it every process of the
+    sandbox."""
 
     def __init__(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
                  pass_fds: tuple[int, ...]) -> None:
+        self._setup()
+        self._ctl, self.proc = start_server(argv, binary, cwd, env, pass_fds)
+
+    @classmethod
+    def attached(cls, ctl: socket.socket) -> "ExecServer":
+        """The server on `ctl`, ready, started by a zygote (zygote.py): no process of ours to wait for."""
+        server = cls.__new__(cls)
+        server._setup()
+        server._ctl, server.proc = ctl, None
+        return server
+
+    def _setup(self) -> None:
         self._lock = threading.RLock()  # _send fails the sandbox (and takes it again) while holding it
         self.failure: str | None = None
         self._interrupts = 0  # interrupt() calls so far: a command running across one is killed
-        with _starting:
-            self._ctl: socket.socket | None = self._launch(argv, binary, cwd, env, pass_fds)
-
-    def _launch(self, argv: Callable[[int, int], list[str]], binary: Path, cwd: Path, env: dict[str, str],
-                pass_fds: tuple[int, ...]) -> socket.socket:
-        """Start the server and wait for its ready byte; the control socket, or SandboxFailed (a sandbox
-        that cannot start is broken: its sample is never kept as data)."""
-        ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        exe = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
-        log_path = cwd / "exec-server.log"
-        try:
-            with open(log_path, "wb") as log:
-                self.proc = popen_lasting(argv(theirs.fileno(), exe), stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env,
-                                          start_new_session=True, pass_fds=(theirs.fileno(), exe, *pass_fds))
-        except OSError as exc:
-            ctl.close()
-            raise SandboxFailed(f"could not start bubblewrap: {exc}") from exc
-        finally:
-            theirs.close()
-            os.close(exe)
-        ctl.settimeout(START_TIMEOUT_S)
-        try:
-            ready = ctl.recv(1)
-        except TimeoutError:
-            ready = None
-        except OSError:
-            ready = b""
-        if ready == b"R":
-            return ctl
-        ctl.close()
-        self._kill()  # not ready: nothing in it to wait for
-        logged = log_path.read_text(errors="replace").strip()[-2000:]
-        if ready is None:
-            why = f"it was not ready within {START_TIMEOUT_S:.0f} s" + (f": {logged}" if logged else "")
-        else:
-            why = logged or f"it exited (status {self.proc.returncode}) before it was ready"
-        raise SandboxFailed(f"could not start the sandbox: {why}")
+        self._ctl: socket.socket | None = None
+        self.proc: subprocess.Popen | None = None
 
     def _fail(self, why: str) -> SandboxFailed:
         """The sandbox is unusable from now on: every later command gets the same error. The server is
@@ -295,7 +328,7 @@ class ExecServer:
             self._interrupts += 1
 
     def alive(self) -> bool:
-        return self.failure is None and self._ctl is not None and self.proc.poll() is None
+        return self.failure is None and self._ctl is not None and (self.proc is None or self.proc.poll() is None)
 
     def stop(self) -> None:
         """Close the control socket: the server, pid 1 of the sandbox, exits and the kernel ends every
@@ -304,14 +337,9 @@ class ExecServer:
             ctl, self._ctl = self._ctl, None
         if ctl is not None:
             ctl.close()
+        if self.proc is None:
+            return  # a zygote's session: the zygote says when it has ended
         try:
             self.proc.wait(timeout=KILL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self._kill()
-
-    def _kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, 9)
-        except OSError:
-            pass
-        self.proc.wait()
+            kill_launched(self.proc)

@@ -111,7 +111,10 @@ def test_a_server_killed_mid_command_fails_the_sandbox_clearly(backend: Bubblewr
     assert box.exec("true").exit_code == 0
     box.spawn(f"sleep {tag}")  # background jobs are bubblewraps of their own
     launcher = box._server.proc
-    killer = threading.Timer(0.5, lambda: os.killpg(launcher.pid, signal.SIGKILL))
+    if launcher is None:  # a session the slot's zygote made: its pid 1 is the server
+        killer = threading.Timer(0.5, lambda: os.kill(box._session_pid, signal.SIGKILL))
+    else:
+        killer = threading.Timer(0.5, lambda: os.killpg(launcher.pid, signal.SIGKILL))
     killer.start()
     started = time.monotonic()
     with pytest.raises(SandboxError, match="the sandbox failed: its exec server"):
@@ -304,7 +307,8 @@ def test_the_launcher_puts_bubblewrap_in_the_slots_cgroup_and_network_or_fails_f
             pytest.skip("no cgroup hierarchy with memory and pids controllers here")
         with local.open("joins") as box:
             assert box.exec("true").exit_code == 0
-            launcher = box._server.proc.pid  # as root it waits for bubblewrap, its child in the user namespace
+            # as root it waits for bubblewrap, its child in the user namespace (the zygote's, as root)
+            launcher = (box._server.proc or box._slot.zygote.proc).pid
             launched = int(Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()[0])
             assert Path(f"/proc/{launched}/comm").read_text().strip() == "bwrap"
             assert os.readlink(f"/proc/{launched}/ns/user") != os.readlink("/proc/self/ns/user")
@@ -320,6 +324,7 @@ def test_the_launcher_puts_bubblewrap_in_the_slots_cgroup_and_network_or_fails_f
             assert os.readlink(f"/proc/{launched}/ns/net") != os.readlink("/proc/self/ns/net")
             os.kill(sleeper, signal.SIGKILL)
             runner.join()
+    with BubblewrapBackend(settings) as local:  # a new slot: nothing of it runs yet
         box = local.open("no cgroup")
         box.cgroup.remove()  # gone before the first command: bubblewrap must not start outside it
         with pytest.raises(SandboxError, match="could not start the sandbox: exec-server: cannot join the cgroup"):

@@ -22,7 +22,7 @@ from hermes_core.sandbox import SandboxError, SandboxSettings, get_backend
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import cgroups
 from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, SparePool, detect, retire, spare_names
-from procs import free_port, marker, processes_with, wait_until
+from procs import free_port, host_uid_of, marker, processes_with, wait_until
 from host_knobs import knob_writes
 from rootfs import tiny_rootfs
 
@@ -83,7 +83,10 @@ def test_root_in_the_sandbox_has_no_power_over_the_host(local: BubblewrapBackend
         out = box.exec(f"{writes}; cat /proc/self/uid_map /proc/self/mountinfo").output
         assert "WROTE" not in out and out.count("Read-only file system") == knobs
         assert out.count("Permission denied") == irq.exists()
-        assert f" 0 {bwrap_settings.host_uid} 65536 " in " ".join(out.split())  # ids 0.. are host's 100000..
+        tag = marker()
+        box.spawn(f"exec sleep {tag}")
+        assert wait_until(lambda: host_uid_of(f"sleep {tag}") is not None, timeout=5)
+        assert host_uid_of(f"sleep {tag}") == bwrap_settings.host_uid  # its root is the host's 100000
         assert str(bwrap_settings.state_root) not in out and "/tmp/pytest" not in out  # no host path of its own
     local.close()
     assert session_leftovers(local.state_root) == []
@@ -120,10 +123,13 @@ def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
             if (folder / name).exists():
                 assert int((folder / name).read_text()) == value
     job = box.spawn("sleep 100")
-    assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bwrap, its pid 1 and the command
-    assert box.jobs.jobs[job].proc.pid in cgroup.pids()
+    assert wait_until(lambda: box.jobs.jobs[job].proc.pid in cgroup.pids())  # the job's launcher joins it
+    assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bubblewrap, its pid 1 and the command
     box.close()
-    assert cgroup.exists() and cgroup.pids() == set()  # emptied, kept for the next session
+    left = cgroup.pids()  # emptied, kept for the next session: only the slot's zygote may stay there
+    zygote = box._slot.zygote
+    assert cgroup.exists() and (left == set() if zygote is None else zygote.proc.pid in left and len(left) == 3)
+    assert not processes_with("sleep 100")
     backend.close()
     assert not cgroup.exists() and session_leftovers(tmp_path) == []
 
