@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from hermes_core.fileio import (append_jsonl_durable, atomic_write_text, json_bytes, json_loads, jsonl_records,
-                                report_damage)
+from hermes_core.fileio import atomic_write_text, json_bytes, json_loads, jsonl_records, report_damage
 from hermes_core.formats.filters import Disposition
 
 
@@ -233,31 +232,47 @@ class Ledger:
         return 0
 
     def append(self, partition_key: str, record: dict[str, Any]) -> None:
-        """Write the record durably, then read it back like any other appended line (so a record
-        another process appended to the same file in between is never skipped or counted twice)."""
+        """Write the record durably and note it. When the file held exactly what this ledger had read,
+        the record is noted as written; otherwise (another process appended in between) the file is
+        read on like any other appended lines, so no record is skipped or counted twice."""
         path = self.raw_dir / f"{partition_key}.jsonl"
-        append_record(path, record)
+        inode, offset, length = append_record(path, record)
         with self._lock:
-            if not self._read_new(path):
+            read = self._read.get(path)
+            if (read or (inode, 0, 0))[:2] == (inode, offset):
+                self._note(record, (path, offset, length))
+                self._read[path] = (inode, offset + length, (read or (inode, 0, 0))[2] + 1)
+            elif not self._read_new(path):
                 self.refresh()
 
 
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """`append_jsonl_durable`, after cutting off a torn last line (a crash mid-write) that the record
-    would otherwise be glued to, making both unreadable. Appenders of a file take turns (an flock), so a
-    last line without its newline is a dead writer's, never a write in progress."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def append_record(path: Path, record: dict[str, Any]) -> tuple[int, int, int]:
+    """Append one record and fsync it (once this returns, a crash cannot lose it), after cutting off a
+    torn last line (a crash mid-write) that the record would otherwise be glued to, making both
+    unreadable. Appenders of a file take turns (an flock), so a last line without its newline is a dead
+    writer's, never a write in progress. Returns the file's inode, the record's offset and its length."""
+    line = json_bytes(record) + b"\n"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held for the length of one append
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        size = info.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             keep = _end_of_last_line(fd, size)
             os.ftruncate(fd, keep)
             os.fsync(fd)
             report_damage(f"{path}: cut off a torn last line ({size - keep} bytes at byte {keep}, a crash "
                           "mid-write) before appending")
-        append_jsonl_durable(path, record)
+            size = keep
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
+        os.fsync(fd)
+        return info.st_ino, size, len(line)
     finally:
         os.close(fd)
 
