@@ -105,7 +105,7 @@ def partition_key(task: Task) -> str:
 def run_tasks(run: EnvRun, root: Path, tasks: list[Task], endpoint: Endpoint,
               on_group: Callable[[dict[str, Any] | GroupFailed], None] = lambda _: None) -> dict[str, int]:
     """Every group of `tasks` that the ledger lacks, rolled out, scored and appended (blocking)."""
-    from hermes_core.environments.tokenizer import load_tokenizer  # transformers: only when there is work
+    from hermes_core.environments.tokenizer import load_rollout_tokenizer  # only when there is work
 
     jobs = [(task, group) for task in tasks for group in range(run.groups_per_task)]
     settings = run.settings(endpoint)
@@ -115,7 +115,7 @@ def run_tasks(run: EnvRun, root: Path, tasks: list[Task], endpoint: Endpoint,
     if all(group_key(task, group, fingerprint) in done for task, group in jobs):
         return {"run": 0, "skipped": len(jobs), "failed": 0}
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the tokenizer is used in forked workers
-    tokenizer = load_tokenizer(run.tokenizer)
+    tokenizer = load_rollout_tokenizer(run.tokenizer)
     with get_backend(run.sandbox) as backend:
         return run_groups(jobs, settings, run.group_size, backend, tokenizer, ledger, retries=run.retries,
                           concurrency=run.concurrency, done=done, on_group=on_group)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
+from hermes_core.environments.chatml import render_hermes
+
 IGNORE = -100
 RENDERED, GENERATED = "rendered", "generated"
 TURN_START = "<|im_start|>"  # ChatML's; where the text is cut for encoding when it is a special token
@@ -43,6 +45,7 @@ class Tokenized:
         return sum(mask != IGNORE for mask in self.masks)
 
 
+@functools.lru_cache(maxsize=1)
 def hermes_template() -> str:
     return resources.files("hermes_core.environments").joinpath("hermes_template.jinja").read_text("utf-8")
 
@@ -85,36 +88,61 @@ def _encode_segment(tokenizer: Any, segment: str) -> tuple[tuple[int, ...], tupl
     return tuple(encoded.ids), tuple(encoded.offsets)
 
 
-def encode(tokenizer: ChatTokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """Ids and character offsets of `text`, as the tokenizer gives them for the whole text. The text is
-    cut before each turn's start token, a special token no merge crosses, and each turn is encoded once
-    per process: the system turn with the offered tools is the same in every rollout and most of the text."""
+def _segments(tokenizer: ChatTokenizer, text: str) -> list[str] | None:
+    """`text` cut before each turn's start token (a special token no merge crosses), or None when the
+    tokenizer has no such token or no fast backend: then the text is encoded whole."""
     marker = TURN_START if TURN_START in getattr(tokenizer, "all_special_tokens", ()) else None
     if marker is None or not hasattr(tokenizer, "backend_tokenizer"):
+        return None
+    return [segment for segment in re.split(f"(?={re.escape(marker)})", text) if segment]
+
+
+def encode(tokenizer: ChatTokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and character offsets of `text`, as the tokenizer gives them for the whole text. Each turn
+    is encoded once per process: the system turn with the offered tools is the same in every rollout
+    and most of the text."""
+    segments = _segments(tokenizer, text)
+    if segments is None:
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         return list(encoded["input_ids"]), list(encoded["offset_mapping"])
     ids: list[int] = []
     offsets: list[tuple[int, int]] = []
     start = 0
-    for segment in re.split(f"(?={re.escape(marker)})", text):
-        if segment:
-            segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
-            ids += segment_ids
-            offsets += [(low + start, high + start) for low, high in segment_offsets]
-            start += len(segment)
+    for segment in segments:
+        segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
+        ids += segment_ids
+        offsets += [(low + start, high + start) for low, high in segment_offsets]
+        start += len(segment)
     return ids, offsets
+
+
+def _masks(tokens: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """Each token's id when it lies inside one of `spans` (and is not empty), else IGNORE."""
+    return [token if end > start and any(low <= start and end <= high for low, high in spans) else IGNORE
+            for token, (start, end) in zip(tokens, offsets)]
 
 
 def render_tokens(tokenizer: ChatTokenizer, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None = None) -> Tokenized:
     """Tokens of the whole conversation and masks giving every assistant turn's tokens to the trainer."""
     template, name = template_for(tokenizer)
-    text, spans = assistant_spans(tokenizer, template, messages, tools)
-    tokens, offsets = encode(tokenizer, text)
-    masks = []
-    for token, (start, end) in zip(tokens, offsets):
-        inside = any(low <= start and end <= high for low, high in spans) and end > start
-        masks.append(token if inside else IGNORE)
+    if name == "hermes":  # ours: written in Python, spans and all, in one pass
+        text, spans = render_hermes(messages, tools)
+    else:
+        text, spans = assistant_spans(tokenizer, template, messages, tools)
+    segments = _segments(tokenizer, text)
+    if segments is None:
+        tokens, offsets = encode(tokenizer, text)
+        return Tokenized(tokens, _masks(tokens, offsets, spans), RENDERED, name)
+    # Turn by turn: a turn without an assistant span (most of the text) is all IGNORE at once.
+    tokens, masks, start = [], [], 0
+    for segment in segments:
+        segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
+        end = start + len(segment)
+        inside = [(low - start, high - start) for low, high in spans if low < end and high > start]
+        tokens += segment_ids
+        masks += _masks(list(segment_ids), list(segment_offsets), inside) if inside else [IGNORE] * len(segment_ids)
+        start = end
     return Tokenized(tokens, masks, RENDERED, name)
 
 

@@ -16,8 +16,11 @@ Tool calls and responses are serialised with `json.dumps(..., ensure_ascii=False
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Iterator
+
+import orjson
 
 from hermes_core.formats.hermes_text import CALL_EXAMPLE, OWN_TEXT, HermesText, unwrap_untrusted
 
@@ -45,7 +48,14 @@ def _definition(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def hermes_system_prompt(tool_definitions: list[dict[str, Any]], text: HermesText = OWN_TEXT) -> str:
-    """The Hermes function-calling system turn for the tools offered to a sample (sorted by name)."""
+    """The Hermes function-calling system turn for the tools offered to a sample (sorted by name).
+    Samples offered the same tools share it: it is written once per process for each tool set."""
+    return _system_prompt(orjson.dumps(tool_definitions), text)
+
+
+@functools.lru_cache(maxsize=256)
+def _system_prompt(definitions: bytes, text: HermesText) -> str:
+    tool_definitions = orjson.loads(definitions)
     tools = _dumps(sorted((_definition(tool) for tool in tool_definitions), key=lambda d: str(d["name"])))
     return (
         f"{text.preamble}<tools>\n{tools}\n</tools>\n{text.schema_intro}\n{FUNCTION_CALL_SCHEMA!r}\n"

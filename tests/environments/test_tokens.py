@@ -73,3 +73,43 @@ def test_turn_by_turn_encoding_equals_encoding_the_whole_text(tokenizer):
     ids, offsets = encode(tokenizer, text)
     whole = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     assert ids == whole["input_ids"] and offsets == [tuple(o) for o in whole["offset_mapping"]]
+
+
+CONVERSATIONS = [
+    MESSAGES,
+    MESSAGES[1:],  # no system turn
+    [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [CALL, {**CALL, "id": "c1"}]},
+     {"role": "tool", "tool_call_id": "call_0", "content": "é ✓ \"quoted\"\n<x>"}, {"role": "tool", "content": None},
+     {"role": "system", "content": "a later system turn"}, {"role": "assistant", "content": ""},
+     {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "näme", "arguments": ""}}]}],
+    [{"role": "system", "content": None}, {"role": "user", "content": ["a", "list"]}],
+]
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None, TOOLS * 2])
+@pytest.mark.parametrize("conversation", range(len(CONVERSATIONS)))
+def test_the_python_renderer_writes_what_the_jinja_template_writes(tokenizer, conversation, tools):
+    """render_hermes (one pass, spans noted) against hermes_template.jinja through transformers (the spans
+    from rendering each turn's prefix), with and without a generation prompt."""
+    from hermes_core.environments.chatml import render_hermes
+    from hermes_core.environments.tokens import _render, assistant_spans, hermes_template
+
+    messages = CONVERSATIONS[conversation]
+    for prompt in (False, True):
+        assert render_hermes(messages, tools, prompt)[0] == _render(tokenizer, hermes_template(), messages, tools, prompt)
+    assert render_hermes(messages, tools) == assistant_spans(tokenizer, hermes_template(), messages, tools)
+
+
+def test_the_light_tokenizer_renders_rollouts_exactly_as_transformers_does(tokenizer, tokenizer_cache):
+    """Environment runs render with TurnTokenizer (tokenizer.json through `tokenizers`, no transformers)
+    when our template is the one that renders: same tokens and masks for every conversation."""
+    from hermes_core.environments.tokenizer import TurnTokenizer, load_rollout_tokenizer, tokenizer_dir
+
+    folder = tokenizer_dir(cache_dir=tokenizer_cache)
+    light = load_rollout_tokenizer(folder)
+    assert isinstance(light, TurnTokenizer) and light.chat_template == tokenizer.chat_template
+    for messages in CONVERSATIONS:
+        assert render_tokens(light, messages, TOOLS) == render_tokens(tokenizer, messages, TOOLS)
+    text = "<|im_start|>user\nnaïve café ✓<|im_end|>\n"
+    assert light(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert light.decode(light(text)["input_ids"]) == tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"])
