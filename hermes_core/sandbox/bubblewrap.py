@@ -72,14 +72,14 @@ def _tag(state_root: Path) -> str:
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
-    def __init__(self, session_id: str, make_state_dir: Callable[[], Path], settings: SandboxSettings, cwd: str,
+    def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
                  rootfs: Path | None, slot: "Slot", give_back: Callable[["Slot", bool], None],
                  launcher: Path | None = None) -> None:
-        self.session_id, self.cwd, self.cgroup = session_id, cwd, slot.cgroup
+        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
-        self._make_state_dir, self._state_dir = make_state_dir, None
-        self.jobs = BackgroundJobs(None, self.output_cap)  # its logs' folder: with the state folder
+        (state_dir / "logs").mkdir()
+        self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
@@ -98,24 +98,12 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self._zygote = rootfs is None and self._ids is not None and self._server_binary is not None
         self._session_pid: int | None = None  # the host pid of the session's pid 1 (its server)
         self._session_pidfd: int | None = None
-        if not self._zygote:
-            self.state_dir  # noqa: B018 (made now: the layout below binds folders of it)
         if self._zygote:
             self._layout: list[str] = []
         else:
             self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
-
-    @property
-    def state_dir(self) -> Path:
-        """The session's folder on the host (owner file, background jobs' logs; without root its files),
-        made at its first use: a session the zygote makes needs none until it starts a background job."""
-        if self._state_dir is None:
-            self._state_dir = self._make_state_dir()
-            (self._state_dir / "logs").mkdir()
-            self.jobs.log_dir = self._state_dir / "logs"
-        return self._state_dir
 
     def _host_layout(self) -> list[str]:
         if self._ids is None:  # not root: plain folders of the invoking user (a tmpfs here needs root)
@@ -312,8 +300,10 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             os.close(self._fds.pop("mnt"))  # frees the overlay mount
         self._fds.clear()
         self._give_back(self._slot, emptied)
-        if self._state_dir is not None:
-            remove_tree(self._state_dir)
+        if self._zygote:  # only this process ever wrote in it (owner file, background logs): no mount to mind
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        else:
+            remove_tree(self.state_dir)
 
 
 def _quota_hint(message: str, disk: str) -> str:
@@ -386,23 +376,17 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(f"{image_label(image)}: {problem}")
         inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
-        made: list[Path] = []
-
-        def make_state_dir() -> Path:
-            made.append(Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root)))
-            write_owner(made[-1], session_id)
-            return made[-1]
-
+        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
+        write_owner(state_dir, session_id)
         slot = None
         try:
             slot = self._take_slot(session_id)
-            sandbox = BubblewrapSandbox(session_id, make_state_dir, self.settings, inside, rootfs, slot,
-                                        self._give_back, server_binary())
+            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back,
+                                        server_binary())
         except BaseException:
             if slot is not None:
                 slot.destroy()
-            for folder in made:
-                remove_tree(folder)
+            remove_tree(state_dir)
             raise
         return sandbox
 
@@ -442,6 +426,9 @@ class BubblewrapBackend(SandboxBackend):
         """Destroy the idle slots (cgroups and network namespaces)."""
         with self._lock:
             idle, self._idle = self._idle, []
+        for slot in idle:  # every zygote told first: they end together, not one after another
+            if slot.zygote is not None:
+                slot.zygote.hang_up()
         for slot in idle:
             slot.destroy(keep_cgroup=True)
         retire([slot.cgroup for slot in idle if slot.cgroup is not None])  # spares for later runs

@@ -31,8 +31,8 @@ class BackgroundJobs:
     """A session's background commands: each in its own process group, output to a log file kept
     outside the sandbox's files, numbered 1, 2, ... (small ids, easy for a model to quote)."""
 
-    def __init__(self, log_dir: Path | None, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
-        self.log_dir, self.cap = log_dir, cap  # None: set before the first job starts
+    def __init__(self, log_dir: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
+        self.log_dir, self.cap = log_dir, cap
         self.jobs: dict[int, _Job] = {}
         self.exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._lock = threading.Lock()  # a model may start several in parallel tool calls
@@ -75,7 +75,6 @@ class BackgroundJobs:
             if self.closed:
                 raise SandboxError("the sandbox is closed")
             job_id = len(self.jobs) + 1
-            assert self.log_dir is not None, "the sandbox sets its logs' folder before starting a job"
             log = self.log_dir / f"process-{job_id}.log"
             master, slave = os.openpty() if pty else (-1, -1)
             with open(log, "wb") as out:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import functools
 import os
 import selectors
 import shutil
@@ -194,7 +195,12 @@ def owner_alive(owner: dict) -> bool:
 
 def owner_record(session_id: str) -> dict:
     """Who created a session: this process, with its start time so a reused pid does not count."""
-    return {"pid": os.getpid(), "start": process_start_time(os.getpid()), "session_id": session_id}
+    return {"pid": os.getpid(), "start": _own_start_time(os.getpid()), "session_id": session_id}
+
+
+@functools.lru_cache(maxsize=4)
+def _own_start_time(pid: int) -> str | None:  # keyed by pid: a forked worker has its own
+    return process_start_time(pid)
 
 
 def write_owner(state_dir: Path, session_id: str) -> None:

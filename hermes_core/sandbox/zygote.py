@@ -83,9 +83,13 @@ class Zygote:
         self.pending = not ended
         return ended
 
+    def hang_up(self) -> None:
+        """Tell the zygote to end (`stop` waits for it)."""
+        self._ctl.close()
+
     def stop(self) -> None:
         """End the zygote, and with it (pid 1 of the slot's bubblewrap) everything it made."""
-        self._ctl.close()
+        self.hang_up()
         try:
             self.proc.wait(timeout=KILL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
