@@ -80,9 +80,11 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return failed
 
 
-def wait_for_slot(instance: dg.DagsterInstance, pool: str, out: TextIO = sys.stderr) -> None:
-    """Reap dead runs, then wait until `pool` has a free slot, saying once on `out` who holds the
-    slots. Ctrl-C raises KeyboardInterrupt here as anywhere in the main thread."""
+def wait_for_slot(instance: dg.DagsterInstance, pool: str, out: TextIO | None = None) -> None:
+    """Reap dead runs, then wait until `pool` has a free slot, saying once on `out` (default: stderr as
+    it is now, not as it was when this module was imported) who holds the slots. Ctrl-C raises
+    KeyboardInterrupt here as anywhere in the main thread."""
+    out = out or sys.stderr
     storage = instance.event_log_storage
     announced = False
     while True:
