@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -16,7 +17,7 @@ from hermes_core.sandbox.base import SandboxFailed
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.cgroups import detect
 from hermes_core.sandbox.exec_server import server_binary
-from procs import marker, processes_with, wait_until
+from procs import marker, open_fds, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or server_binary() is None or detect() is None,
                                 reason="the zygote serves root's sandboxes, with a C compiler and cgroups")
@@ -92,3 +93,27 @@ def test_a_session_whose_pid_1_dies_frees_its_slot_for_the_next(local: Bubblewra
     box.close()
     with local.open("next") as following:
         assert tag not in following.exec("ps -e -o args=").output
+
+
+def test_hostile_sessions_one_after_another_leave_nothing_behind(local: BubblewrapBackend) -> None:
+    """Twenty sessions of one slot, each killing every process it can reach, leaving daemons and a
+    background job, filling /tmp: afterwards the orchestrator holds the same fds and threads, the slot's
+    cgroup holds only its zygote's processes, and no state folder or process of a session is left."""
+    tag = marker()
+    with local.open("warm") as warm:
+        warm.exec("true")
+    slot = warm._slot
+    assert slot.zygote is not None and slot.cgroup is not None
+    fds, threads, members = open_fds(), threading.active_count(), slot.cgroup.pids()
+    for number in range(20):
+        with local.open(f"hostile-{number}") as box:
+            out = box.exec(f"(setsid sleep {tag} &); sleep {tag} & head -c 1000000 /dev/zero > /tmp/f; "
+                           "ls /proc | grep -c '^[0-9]'").output
+            assert box._slot is slot and int(out.split()[-1]) < 10, out  # only this session's few processes
+            box.spawn(f"sleep {tag}")
+            with pytest.raises(SandboxFailed, match="stopped while running a command"):
+                box.exec("kill -9 -1")  # kills its own supervisor too: this sample's sandbox fails, clearly
+    assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=5)
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads, timeout=5)
+    assert slot.cgroup.pids() == members  # the zygote, its bubblewrap and launcher: nothing of a session
+    assert sorted(local.state_root.iterdir()) == []
