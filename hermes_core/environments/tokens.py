@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol, Sequence
 
 from hermes_core.environments.chatml import render_hermes
 
@@ -88,35 +88,34 @@ def _encode_segment(tokenizer: Any, segment: str) -> tuple[tuple[int, ...], tupl
     return tuple(encoded.ids), tuple(encoded.offsets)
 
 
-def _segments(tokenizer: ChatTokenizer, text: str) -> list[str] | None:
-    """`text` cut before each turn's start token (a special token no merge crosses), or None when the
-    tokenizer has no such token or no fast backend: then the text is encoded whole."""
+def _turns(tokenizer: ChatTokenizer, text: str) -> Iterator[tuple[Sequence[int], Sequence[tuple[int, int]], int, int]]:
+    """(ids, offsets within the piece, start, length) of each piece of `text`: each turn (cut before its
+    start token, a special token no merge crosses), encoded once per process (the system turn with the
+    offered tools is the same in every rollout and most of the text); or the whole text as one piece
+    when the tokenizer has no such token or no fast backend."""
     marker = TURN_START if TURN_START in getattr(tokenizer, "all_special_tokens", ()) else None
     if marker is None or not hasattr(tokenizer, "backend_tokenizer"):
-        return None
-    return [segment for segment in re.split(f"(?={re.escape(marker)})", text) if segment]
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        yield list(encoded["input_ids"]), [tuple(pair) for pair in encoded["offset_mapping"]], 0, len(text)
+        return
+    start = 0
+    for segment in re.split(f"(?={re.escape(marker)})", text):
+        if segment:
+            yield (*_encode_segment(tokenizer, segment), start, len(segment))
+            start += len(segment)
 
 
 def encode(tokenizer: ChatTokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """Ids and character offsets of `text`, as the tokenizer gives them for the whole text. Each turn
-    is encoded once per process: the system turn with the offered tools is the same in every rollout
-    and most of the text."""
-    segments = _segments(tokenizer, text)
-    if segments is None:
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return list(encoded["input_ids"]), list(encoded["offset_mapping"])
+    """Ids and character offsets of `text`, as the tokenizer gives them for the whole text."""
     ids: list[int] = []
     offsets: list[tuple[int, int]] = []
-    start = 0
-    for segment in segments:
-        segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
-        ids += segment_ids
-        offsets += [(low + start, high + start) for low, high in segment_offsets]
-        start += len(segment)
+    for piece_ids, piece_offsets, start, _ in _turns(tokenizer, text):
+        ids += piece_ids
+        offsets += [(low + start, high + start) for low, high in piece_offsets]
     return ids, offsets
 
 
-def _masks(tokens: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+def _masks(tokens: Sequence[int], offsets: Sequence[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
     """Each token's id when it lies inside one of `spans` (and is not empty), else IGNORE."""
     return [token if end > start and any(low <= start and end <= high for low, high in spans) else IGNORE
             for token, (start, end) in zip(tokens, offsets)]
@@ -130,19 +129,13 @@ def render_tokens(tokenizer: ChatTokenizer, messages: list[dict[str, Any]],
         text, spans = render_hermes(messages, tools)
     else:
         text, spans = assistant_spans(tokenizer, template, messages, tools)
-    segments = _segments(tokenizer, text)
-    if segments is None:
-        tokens, offsets = encode(tokenizer, text)
-        return Tokenized(tokens, _masks(tokens, offsets, spans), RENDERED, name)
     # Turn by turn: a turn without an assistant span (most of the text) is all IGNORE at once.
-    tokens, masks, start = [], [], 0
-    for segment in segments:
-        segment_ids, segment_offsets = _encode_segment(tokenizer, segment)
-        end = start + len(segment)
-        inside = [(low - start, high - start) for low, high in spans if low < end and high > start]
-        tokens += segment_ids
-        masks += _masks(list(segment_ids), list(segment_offsets), inside) if inside else [IGNORE] * len(segment_ids)
-        start = end
+    tokens: list[int] = []
+    masks: list[int] = []
+    for ids, offsets, start, length in _turns(tokenizer, text):
+        inside = [(low - start, high - start) for low, high in spans if low < start + length and high > start]
+        tokens += ids
+        masks += _masks(ids, offsets, inside) if inside else [IGNORE] * len(ids)
     return Tokenized(tokens, masks, RENDERED, name)
 
 

@@ -12,7 +12,7 @@ import yaml
 from hermes_core.config import VERSION
 from hermes_core.tools.distributions import DistributionError
 from hermes_core.endpoints import SIMULATED_MODEL_ID
-from hermes_core.exports.rows import SFT_ROWS, ExportPaths, ExportRow
+from hermes_core.exports.rows import SFT_ROWS, ExportPaths, ExportRow, environment_rows
 from hermes_core.formats.filters import Disposition
 from hermes_core.batch.pipeline import served_by_simulator
 from hermes_core.batch.recipe import Recipe
@@ -128,7 +128,7 @@ def render_card(paths: ExportPaths, items: list[ExportRow], *, features: "datase
     recipe = Recipe.from_json(recipe_data) if recipe_data else None
     metadata = [item.row.get("metadata") or {} for item in items]
     served = sorted({m.get("served_model") for m in metadata if m.get("served_model")})
-    environment = not paths.run.prompts.is_file() and (paths.run.root / SFT_ROWS).is_file()
+    environment = environment_rows(paths.run) is not None
     simulated = any(SIMULATED_MODEL_ID in s for s in served) if environment else served_by_simulator(paths.run)
     versions = sorted({m.get("code_version") for m in metadata if m.get("code_version")})
     dataset_sha = _read_json(paths.run.dataset).get("sha256", "unknown")

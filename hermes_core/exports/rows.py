@@ -45,11 +45,17 @@ class ExportRow:
     messages: list[dict[str, Any]] | None  # the agent's OpenAI messages, when the ledger recorded them
 
 
+def environment_rows(paths: RunPaths) -> Path | None:
+    """The reward-filtered rows file when the folder is an environment run's (no planned batch run), else None."""
+    sft = paths.root / SFT_ROWS
+    return sft if not paths.prompts.is_file() and sft.is_file() else None
+
+
 def collect_rows(paths: RunPaths, include_discarded: bool = False) -> list[ExportRow]:
     """Kept (and optionally discarded) samples of the current dataset, in prompt order; for an environment
     run, its reward-filtered rows (all kept: the filter was the reward)."""
-    if not paths.prompts.is_file() and (paths.root / SFT_ROWS).is_file():
-        return [ExportRow(row, Disposition.KEPT, None) for row in read_jsonl(paths.root / SFT_ROWS)]
+    if (sft := environment_rows(paths)) is not None:
+        return [ExportRow(row, Disposition.KEPT, None) for row in read_jsonl(sft)]
     if not paths.prompts.is_file():
         raise ExportError(f"{paths.root}: no planned run here (run hermes-batch, or materialize its prompts)")
     wanted = {Disposition.KEPT} | (DISCARDED if include_discarded else set())
