@@ -36,13 +36,13 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "toolsets": ("list[string]", "Toolsets drawn for the sample."),
     "toolsets_lost": ("list[string]", "Drawn toolsets the agent could not offer."),
     "tools_offered": ("list[string]", "Tools offered to the model (recorded with a trajectory)."),
-    "api_calls": ("int", "Model API calls of the latest attempt."),
-    "prompt_tokens": ("int", "Prompt tokens of the latest attempt."),
-    "completion_tokens": ("int", "Completion tokens of the latest attempt."),
-    "total_tokens": ("int", "Total tokens of the latest attempt."),
-    "cost_usd": ("float", "Cost of the latest attempt at the recipe's price (empty without a price)."),
-    "sandbox_created": ("int", "1 if the latest attempt created a sandbox."),
-    "sandbox_failed": ("int", "1 if the latest attempt's sandbox failed."),
+    "api_calls": ("int", "Model API calls of every attempt of the sample."),
+    "prompt_tokens": ("int", "Prompt tokens of every attempt of the sample."),
+    "completion_tokens": ("int", "Completion tokens of every attempt of the sample."),
+    "total_tokens": ("int", "Total tokens of every attempt of the sample."),
+    "cost_usd": ("float", "Cost of every attempt of the sample at the recipe's price (empty without a price)."),
+    "sandbox_created": ("int", "Sandboxes created over every attempt of the sample."),
+    "sandbox_failed": ("int", "Sandboxes that failed over every attempt of the sample."),
     "assistant_turns": ("int", "Assistant turns of the kept or discarded trajectory."),
     "turns_with_reasoning": ("int", "Of those, turns carrying reasoning."),
     "error": ("string", "Error of a failed latest attempt."),
@@ -101,7 +101,8 @@ def sample_table(run_dir: Path | str) -> "pandas.DataFrame":
 
     `df.attrs["spent"]` is what the whole run paid for (every attempt ever, superseded ones and
     samples since removed from the dataset included), i.e. statistics.json's `api_calls`, `usage`
-    and `sandbox` counts; the rows' own spend is each sample's latest attempt."""
+    and `sandbox` counts; each row's spend is every attempt of its sample, so the rows of the samples
+    in the dataset now sum to it less what removed samples spent."""
     paths = RunPaths(Path(run_dir))
     frame = to_frame(table_records(paths.root))
     frame.attrs["run_name"] = paths.root.name

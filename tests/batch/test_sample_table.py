@@ -73,8 +73,8 @@ def test_table_of_a_mixed_run_sums_to_its_statistics(isolated_homes, sim_server)
 
 
 def test_retried_samples_count_their_attempts(isolated_homes, sim_server):
-    """With retries, a row keeps its latest attempt's spend; `attrs["spent"]` is what statistics.json
-    counts: every attempt paid for."""
+    """With retries, a row's spend is every attempt of its sample, so the rows sum to what
+    statistics.json counts (`attrs["spent"]`): every attempt paid for."""
     rows = mixed_rows(7)
     dataset = write_dataset(isolated_homes / "d.jsonl", rows)
     run_dir = isolated_homes / "data" / "rs"
@@ -85,7 +85,8 @@ def test_retried_samples_count_their_attempts(isolated_homes, sim_server):
     failed = frame[frame.disposition == "failed_terminal"]
     assert len(failed) == 1 and failed.attempts.tolist() == [2]
     assert (frame[frame.disposition != "failed_terminal"].attempts == 1).all()
-    assert frame.attrs["spent"]["api_calls"] == stats["api_calls"]
+    assert frame.attrs["spent"]["api_calls"] == stats["api_calls"] == frame.api_calls.sum()
+    assert failed.api_calls.tolist()[0] >= 2  # both of its attempts called the model
     assert frame.disposition.value_counts().to_dict() == {k: v for k, v in stats["counts"].items()
                                                           if k not in ("invalid_input_lines", "pending") and v}
 
