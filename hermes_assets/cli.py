@@ -37,22 +37,22 @@ ENVIRONMENT_HELP = """
 environment (flags win):
   HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   the model endpoint (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
   HERMES_DATA_DIR                                 data root (default ./data); outputs in <root>/<run_name>/
-  HERMES_LEDGER_URL                               ledger on object storage, e.g. s3://bucket/ledgers (README:
-                                                  Scaling out); credentials and endpoint the fsspec way
+  HERMES_LEDGER_URL                               ledger on object storage, e.g. s3://bucket/ledgers (docs/how-to/
+                                                  scaling-out.md); credentials and endpoint the fsspec way
   DAGSTER_HOME                                    Dagster instance (default ./dagster_home, created if missing)
   HERMES_DAGSTER_URL                              the Dagster UI to reload when a run is new or its recipe changed
                                                   (default http://127.0.0.1:3000, `make dev`; empty: never)
   HERMES_TERMINAL_BACKEND                         sandbox backend for tools (default local = bubblewrap); hermes-agent's
-                                                  TERMINAL_ENV, TERMINAL_*_IMAGE, TERMINAL_TIMEOUT... work too (README: Sandboxes)
+                                                  TERMINAL_ENV, TERMINAL_*_IMAGE, TERMINAL_TIMEOUT... work too (docs/how-to/containers.md)
   HERMES_SANDBOX_NETWORK, _MEMORY_MB, _PIDS, _CPUS, _COMMAND_TIMEOUT_S, _ALLOW_PULL, _IMAGE_ROOT, _STATE_ROOT
-                                                  sandbox limits and options (README: Sandboxes)
+                                                  sandbox limits and options (docs/how-to/containers.md)
   HERMES_WEB_SEARCH_URL, HERMES_VISION_BASE_URL, HERMES_IMAGE_BASE_URL (+ _API_KEY, _MODEL), HERMES_WEB_*
-                                                  networked tool backends (README: Networked tools)
+                                                  networked tool backends (docs/reference/tools.md)
   HERMES_AGENT_PYTHON                             a Python with hermes-agent: its exact text (--hermes_agent_python)
 """
 
 
-def _batch_parser() -> argparse.ArgumentParser:
+def batch_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hermes-batch",
         description="Generate tool-calling trajectories for every prompt of a JSONL dataset, as Dagster "
@@ -118,8 +118,8 @@ def _batch_parser() -> argparse.ArgumentParser:
                    "final answer)")
     p.add_argument("--tool_backend", "--tool-backend", dest="tool_backends", action="append", default=[],
                    metavar="NAME=VALUE", help="a networked tool backend for this run, e.g. "
-                   "HERMES_WEB_SEARCH_URL=http://127.0.0.1:8888 (repeatable; over the environment; README: "
-                   "Networked tools)")
+                   "HERMES_WEB_SEARCH_URL=http://127.0.0.1:8888 (repeatable; over the environment; "
+                   "docs/reference/tools.md)")
     p.add_argument("--sandbox_backend", choices=known_backends(),
                    help="where tools run: local (bubblewrap, default), docker, modal, singularity, or plain "
                    "(NOT isolated); default $HERMES_TERMINAL_BACKEND or local")
@@ -258,7 +258,7 @@ def _os_error(exc: OSError) -> str:
 
 def batch_main(argv: list[str] | None = None) -> int:
     _tune_gc()
-    parser = _batch_parser()
+    parser = batch_parser()
     args = parser.parse_args(argv)
     try:
         if args.list_distributions:
@@ -351,7 +351,8 @@ def upload_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
-def foundry_main(argv: list[str] | None = None) -> int:
+def foundry_parser() -> argparse.ArgumentParser:
+    """The `hermes-foundry` parser and its subcommands (docs/reference/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(prog="hermes-foundry", description="Hermes Foundry utilities.",
                                      epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -383,6 +384,11 @@ def foundry_main(argv: list[str] | None = None) -> int:
 
     add_env_arguments(commands.add_parser("env", help="RL environments on Atropos: scored rollouts of a task file "
                                           "(process | serve | evaluate; optional extra: atropos)"))
+    return parser
+
+
+def foundry_main(argv: list[str] | None = None) -> int:
+    parser = foundry_parser()
     args = parser.parse_args(argv)
     if args.command == "env":
         from hermes_core.environments.command import env_command

@@ -1,4 +1,4 @@
-"""Hermes Foundry core: plain Python, no Dagster. One package per part (README, "Architecture"):
+"""Hermes Foundry core: plain Python, no Dagster. One package per part (docs/explanation/architecture.md):
 
 `sandbox` < `tools` < `endpoints` < `formats` < `agent` < `batch` < `exports` < `api_server`; each
 imports only parts to its left and the shared plumbing (`config`, `fileio`, `asgi_thread`).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's screenshots (docs/screenshots/): the demo run made by hermes-batch in a throwaway Dagster
+# The docs' screenshots (docs/screenshots/): the demo run made by hermes-batch in a throwaway Dagster
 # home, `dagster dev` on a free 127.0.0.1 port, headless Chromium. Needs chromium (make test installs it).
 set -euo pipefail
 venv=${VENV:-.venv}

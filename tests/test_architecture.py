@@ -1,4 +1,4 @@
-"""The layout is the architecture (README, "Architecture"): every import of the product, lazy ones
+"""The layout is the architecture (docs/explanation/architecture.md): every import of the product, lazy ones
 included, is read from the source and checked against the two "never" rules, the order of the
 parts and the absence of import loops."""
 
@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hermes_core", "hermes_assets")
 SIMULATOR = "hermes_core.endpoints.simulated"
-# The parts of hermes_core, lowest first: a part imports only parts before it (README, "Architecture").
+# The parts of hermes_core, lowest first: a part imports only parts before it (docs/explanation/architecture.md).
 PARTS = ["hermes_core.config", "hermes_core.fileio", "hermes_core.asgi_thread", "hermes_core.sandbox",
          "hermes_core.tools", "hermes_core.endpoints", "hermes_core.formats", "hermes_core.agent", "hermes_core.batch",
          "hermes_core.exports", "hermes_core.environments", "hermes_core.api_server", SIMULATOR, "hermes_core",

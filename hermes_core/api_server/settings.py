@@ -36,7 +36,7 @@ environment (or the env file; flags win, then the process environment, then the 
   API_SERVER_MAX_BODY_BYTES      request body limit; more get 413 (default 1048576)
   API_SERVER_TOOLSETS            comma list of toolsets offered to the agent (default all available)
   API_SERVER_INLINE_PROGRESS     auto (default): tool progress also as content lines in streams unless the
-                                 client is Hermes-aware (README: API server); true: always; false: never
+                                 client is Hermes-aware (docs/reference/api-server.md); true: always; false: never
   API_SERVER_MAX_SESSIONS        X-Hermes-Session-Id sessions kept at once; a new one closes an idle one
                                  of the same client, else of a client holding more (default 32)
   API_SERVER_SESSION_IDLE_SECONDS  a session unused this long is closed with its sandbox; a closed session's
@@ -47,7 +47,7 @@ environment (or the env file; flags win, then the process environment, then the 
   API_SERVER_KEEPALIVE_SECONDS   SSE ": ping" comment interval while tools run (default 15)
   API_SERVER_TOOL_CALL_MODE      native (default) or constrained, for upstream models without tool calling
   HERMES_BASE_URL, HERMES_API_KEY, HERMES_MODEL   upstream model (fallbacks OPENAI_BASE_URL, OPENAI_API_KEY)
-  HERMES_TERMINAL_BACKEND, HERMES_SANDBOX_*       where and how tools run (README: Sandboxes)
+  HERMES_TERMINAL_BACKEND, HERMES_SANDBOX_*       where and how tools run (docs/explanation/sandboxes.md)
   HERMES_ENV_FILE                env file to read (default ~/.hermes/.env)
 """
 

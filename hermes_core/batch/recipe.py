@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -78,15 +78,21 @@ class Recipe:
     price_table: str | None = None
     # Trajectory compression after filtering: true = defaults, or CompressionConfig fields plus
     # model/base_url/tokenizer of the summariser. Not in the fingerprint: it changes no sample.
-    compression: bool | dict[str, Any] | None = None
+    compression: bool | dict[str, Any] | None = field(default=None, metadata={"doc": (
+        "compress the kept trajectories to a token budget: true for the defaults, or a mapping of "
+        "hermes-compress settings (target_max_tokens, model, base_url, tokenizer, ...)")})
     # How the run talks to its endpoint (`with_timeouts`), saved so that the run's materializations
     # from the Dagster UI do as the command did. Not in the fingerprint: they change no sample's data.
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # per model call: to connect, and for each part of the answer
-    sample_timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S  # a sample's model calls end by then (None: no deadline)
-    endpoint_preflight: bool = True  # check key, URL and model before the first sample (model_client.preflight)
+    request_timeout_s: float = field(default=DEFAULT_REQUEST_TIMEOUT_S, metadata={"doc": (
+        "seconds a model call waits to connect, and for each part of the answer (--request_timeout)")})
+    sample_timeout_s: float | None = field(default=DEFAULT_SAMPLE_TIMEOUT_S, metadata={"doc": (
+        "a sample's deadline in seconds; null: none (--sample_timeout)")})
+    endpoint_preflight: bool = field(default=True, metadata={"doc": (
+        "check key, base URL and model before the first sample (false: --no_preflight)")})
     # Seconds between the dataset sensor's looks at this run (default $HERMES_SENSOR_INTERVAL_S, else 60).
     # Not in the fingerprint: scheduling changes no sample.
-    refresh_interval_s: int | None = None
+    refresh_interval_s: int | None = field(default=None, metadata={"doc": (
+        "seconds between the dataset sensor's looks at this run (default $HERMES_SENSOR_INTERVAL_S, else 60)")})
     # Requests as hermes-agent's batch runner sends them (hermes_core.endpoints.request_options): the form
     # reasoning is asked in, OpenRouter provider routing, and messages prepended to every request (not
     # saved in trajectories). Only the prefill is in the fingerprint: the model sees it, routing and
@@ -96,13 +102,16 @@ class Recipe:
     providers_ignored: list[str] | None = None
     providers_order: list[str] | None = None
     provider_sort: str | None = None
-    prefill_messages: list[dict[str, Any]] | None = None
+    prefill_messages: list[dict[str, Any]] | None = field(default=None, metadata={"doc": (
+        "{role, content} messages put after the system message of every request; sent, never saved "
+        "(--prefill_messages_file)")})
     log_prefix_chars: int = 100
     # The original's wording (hermes_core.formats.hermes_agent_text): a Python with hermes-agent installed,
     # dumped once when the recipe is made (hermes_text_sha256 unset); the dump's hash is in the
     # fingerprint and the dump itself is saved beside recipe.json (HERMES_TEXT_FILE) by save_recipe.
     hermes_agent_python: str | None = None
-    hermes_text_sha256: str | None = None
+    hermes_text_sha256: str | None = field(default=None, metadata={"doc": (
+        "set by the CLI: the hash of the original's wording dumped through hermes_agent_python")})
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.run_name):
@@ -125,7 +134,7 @@ class Recipe:
             raise RecipeError(str(exc)) from None
         if price is None and (self.max_cost_usd is not None or self.max_sample_cost_usd is not None):
             raise RecipeError(f"a cost budget needs a price for model {self.model!r}: add it to a price table "
-                              "(--price_table FILE; README: Budgets)")
+                              "(--price_table FILE; docs/how-to/real-model.md#budgets)")
         for name in ("max_cost_usd", "max_tokens_total", "max_sample_cost_usd", "max_sample_tokens"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise RecipeError(f"{name} must be positive (got {getattr(self, name)})")

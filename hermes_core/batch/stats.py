@@ -155,7 +155,7 @@ def _count(number: int, one: str, many: str) -> str:
 def _lost_line(lost: dict[str, int], recorded: int) -> str:
     """Toolsets that samples drew but could not be offered: said, as the rows silently lack them."""
     drawn = ", ".join(f"{name} in {count}" for name, count in lost.items())
-    return (f"  toolsets drawn but not offered, their backend not configured (README: Networked tools): {drawn} "
+    return (f"  toolsets drawn but not offered, their backend not configured (docs/reference/tools.md): {drawn} "
             f"of {recorded} samples")
 
 

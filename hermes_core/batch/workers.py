@@ -35,7 +35,7 @@ from hermes_core.config import usable_cores
 
 WORKERS_ENV = "HERMES_WORKER_PROCESSES"
 # Fewer sessions than this stay in one process: they do not load one core, and a worker costs a fork
-# (bench/throughput.py: 4 x 200 is no faster with 2 processes; 64 x 2,000 is, see README Performance).
+# (bench/throughput.py: 4 x 200 is no faster with 2 processes; 64 x 2,000 is, see docs/explanation/performance.md).
 MIN_SESSIONS_FOR_PROCESSES = 16
 PR_SET_PDEATHSIG = 1
 POLL_S = 1.0  # how often the parent looks for a worker that died without closing its pipe

@@ -4,7 +4,7 @@ that imports atroposlib (the optional `atropos` extra: `pip install -e '.[atropo
 `HermesEnv` rolls out a task file's tasks through AIAgent, scores them with their verifiers and
 hands atroposlib scored groups (tokens, masks, scores, messages). Its defaults never reach the
 network: W&B off, no health-check polling, the local GGUF's tokenizer, the API server on 127.0.0.1.
-Subclass it to bring your own tasks and verifiers (README, "RL environments").
+Subclass it to bring your own tasks and verifiers (docs/how-to/rl-environments.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ LOCAL_API = "http://127.0.0.1:8000"
 
 
 class HermesEnvConfig(BaseEnvConfig):
-    tasks_file: str = Field(default="", description="JSONL task file (README, 'RL environments')")
+    tasks_file: str = Field(default="", description="JSONL task file (docs/how-to/rl-environments.md)")
     distribution: str = Field(default="terminal_only", description="toolset distribution drawn per rollout")
     sandbox: str = Field(default="local", description="sandbox backend: local, docker, modal, singularity")
     max_turns: int = Field(default=10, description="model calls per rollout")

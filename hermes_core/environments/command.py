@@ -21,7 +21,7 @@ MODES = ("process", "serve", "evaluate")
 
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", choices=MODES, help="process: groups to a file; serve: to run-api; evaluate: eval split")
-    parser.add_argument("--tasks", help="JSONL task file (README, 'RL environments'), or a built-in environment: "
+    parser.add_argument("--tasks", help="JSONL task file (docs/how-to/rl-environments.md), or a built-in environment: "
                         "builtin:coding, builtin:terminal, builtin:task_folders; optional with an --env_class that "
                         "builds its own tasks")
     parser.add_argument("--env_class", help="your environment: module:Class or path/to/file.py:Class, a subclass of "

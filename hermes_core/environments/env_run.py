@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,21 +26,21 @@ class EnvRunError(ValueError):
 
 @dataclass(frozen=True)
 class EnvRun:
-    env_name: str
-    tasks_file: str
+    env_name: str = field(metadata={"doc": "the environment run's name: its folder and asset group"})
+    tasks_file: str = field(metadata={"doc": "JSONL task file (relative to the runs file), or builtin:NAME"})
     model: str
     base_url: str | None = None
     group_size: int = 4
-    groups_per_task: int = 1
+    groups_per_task: int = field(default=1, metadata={"doc": "groups of rollouts per task"})
     distribution: str = "terminal_only"
     sandbox: str = "local"
     max_turns: int = 10
     seed: int = 0
     temperature: float | None = None
     tokenizer: str | None = None  # a folder or a .gguf file; default: the local model's
-    min_reward: float = 1.0  # the SFT export keeps a group's best rollout at or above this
-    retries: int = 2
-    concurrency: int = 8  # groups at once
+    min_reward: float = field(default=1.0, metadata={"doc": "the SFT export keeps a group's best rollout at or above this reward"})
+    retries: int = field(default=2, metadata={"doc": "retries of a rollout whose model, sandbox or verifier failed"})
+    concurrency: int = field(default=8, metadata={"doc": "groups rolled out at once"})
 
     def __post_init__(self) -> None:
         if not RUN_NAME.match(self.env_name):

@@ -1,6 +1,6 @@
 """OpenAI-format conversations -> Hermes ShareGPT turns (SPEC §8.1), plus per-row tool statistics.
 
-The bytes are those of Hermes Agent 0.19.0's converter (README, "Record format conformance"):
+The bytes are those of Hermes Agent 0.19.0's converter (docs/explanation/conformance.md):
 - system: `<preamble><tools>\n{json}\n</tools>\n<schema intro>\n{FunctionCall schema repr}\n
   <instruction>\n<example intro>\n<tool_call>\n{example}\n</tool_call>`; tools sorted by name, each
   `{name, description, parameters, "required": null}`; the sentences come from a `HermesText`.

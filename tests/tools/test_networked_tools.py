@@ -224,7 +224,7 @@ def test_batch_run_with_the_default_distribution_over_local_servers(isolated_hom
     stats = json.loads((data_root() / "net2" / "statistics.json").read_text())
     assert stats["toolsets_lost_samples"] == 5
     assert stats["toolsets_lost"] == {"vision": 5, "image_gen": 5, "browser": 5}
-    assert ("toolsets drawn but not offered, their backend not configured (README: Networked tools): vision in 5, "
+    assert ("toolsets drawn but not offered, their backend not configured (docs/reference/tools.md): vision in 5, "
             "image_gen in 5, browser in 5 of 5 samples") in capsys.readouterr().out
     lost = {tuple(r["toolsets_lost"]) for r in Ledger(data_root() / "net2" / "raw").latest.values()}
     assert lost == {("vision", "image_gen", "browser")}

@@ -38,7 +38,7 @@ FILE_ONLY = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hermes-compress",
         description=(
@@ -154,7 +154,7 @@ def report_summary(report: dict[str, Any]) -> str:
 
 
 def compress_main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         file = load_config_file(args.config) if args.config else None
         config = _config(args, file)

@@ -4,8 +4,8 @@
 The file is checked whole before anything runs: an unknown section or key, a value of the wrong
 type or out of range is one error naming the file, the line and `section.key`. Command-line flags
 win over the file; keys the file leaves out take the original's defaults (except the prose of the
-summary notice, whose default wording is ours). How each key is honoured is in the README's
-conformance table; the few that change nothing here are accepted and say so in their comment.
+summary notice, whose default wording is ours). How each key is honoured is in the
+conformance table (docs/explanation/conformance.md); the few that change nothing here are accepted and say so in their comment.
 """
 
 from __future__ import annotations
