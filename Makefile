@@ -1,9 +1,10 @@
 VENV ?= .venv
 UI_PORT ?= 3000
+DOCS_PORT ?= 8002
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: install local atropos demo demo-local test test-frontend dev validate clean
+.PHONY: install local atropos demo demo-local test test-frontend dev validate docs docs-serve clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -51,5 +52,14 @@ validate: install
 dev: install  ## the Dagster UI on http://127.0.0.1:$(UI_PORT) (make dev UI_PORT=3001 for another port)
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
+# The docs site (MkDocs Material, offline): the reference pages regenerated from the code, then a strict
+# build into site/ (a broken link or anchor fails it). Open site/index.html, or serve it:
+docs: install
+	$(PY) scripts/reference_docs.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: docs  ## the docs site on http://127.0.0.1:$(DOCS_PORT), rebuilt as pages change
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict -a 127.0.0.1:$(DOCS_PORT)
+
 clean:
-	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs
+	rm -rf site data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs
