@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,9 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
             table.append({"sample_key": sample.sample_key, "prompt_index": sample.prompt_index,
                           "toolsets": toolsets, "toolset_seed": seed})
         atomic_write_jsonl(paths.assignments, table)
-        _tables.put(paths.assignments, table)
+    else:  # its mtime after dataset.json's is what tells a finished planning (sensors.planned_sha256)
+        os.utime(paths.assignments)
+    _tables.put(paths.assignments, table)
     assignments = table
     ledger = open_ledger(paths.raw)
     pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]

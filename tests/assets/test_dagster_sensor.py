@@ -138,6 +138,19 @@ def test_new_rows_are_planned_then_their_batches_run_in_one_run_then_the_run_is_
     assert len(ledger(run_dir)) == 7  # no sample was paid for twice
 
 
+def test_a_command_that_plans_the_same_rows_again_counts_as_a_finished_planning(isolated_homes, sim_url):
+    dataset = isolated_homes / "d.jsonl"
+    write_rows(dataset, PROMPTS[:2])
+    assert cli(dataset, sim_url) == 0
+    run_dir = data_root() / "t1"
+    (run_dir / "settled.json").unlink()  # the next command takes the full path: it plans again
+    assert cli(dataset, sim_url, "--plan_only") == 0  # the same rows: the toolset table is kept as it is
+    (request,), _ = Daemon(build_definitions(), dg.DagsterInstance.get()).tick()
+    # Planning counts as finished, not as left half done: no plan run again, on to the final assets
+    # (the planning materialized prompts after statistics).
+    assert request.job_name == finalize_job_name("t1")
+
+
 def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url):
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:2])
