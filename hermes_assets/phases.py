@@ -16,7 +16,7 @@ from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_core.batch.settled import Printed, save_settled
 from hermes_core.batch.stopping import interrupt
 from hermes_core.config import Endpoint
-from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error, preflight
+from hermes_core.endpoints.errors import EndpointConfigError, is_config_error
 from hermes_assets.checks import blocking_failures, format_check_results
 from hermes_assets.compression_assets import compression_summary, progress_ops
 from hermes_assets.export_assets import EXPORT_NAMES
@@ -56,6 +56,8 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
         return 0
     pending = todo.partitions
     if pending and recipe.endpoint_preflight:
+        from hermes_core.endpoints.model_client import preflight  # aiohttp: not for a plan or an empty resume
+
         try:
             preflight(recipe.with_timeouts(endpoint))  # before Dagster: a bad endpoint is one line, not a failed run
         except EndpointConfigError as exc:

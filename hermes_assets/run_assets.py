@@ -18,7 +18,7 @@ from hermes_core.batch.progress import Progress
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
 from hermes_core.batch.stopping import graceful_signals
 from hermes_core.batch.writer_lock import RunBusy
-from hermes_core.endpoints.model_client import EndpointConfigError, is_config_error
+from hermes_core.endpoints.errors import EndpointConfigError, is_config_error
 from hermes_assets.metadata import bar_chart, catalog
 from hermes_assets.resources import MODEL_POOL, ModelEndpointResource
 from hermes_assets.runs_file import adopt_recipe

@@ -24,11 +24,10 @@ from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
 from hermes_core.batch.recipe import Recipe, RecipeError, load_hermes_text
 from hermes_core.batch.records import RunContext, SampleJob
-from hermes_core.batch.runner import run_jobs
 from hermes_core.batch.workers import WorkerFailed
 from hermes_core.sandbox import SandboxBackend, SandboxSettings, get_backend
 from hermes_core.endpoints import SIMULATED_MODEL_ID
-from hermes_core.endpoints.model_client import is_config_error, preflight
+from hermes_core.endpoints.errors import is_config_error
 from hermes_core.batch.stats import compute_statistics, format_summary
 from hermes_core.batch.stopping import StopRequest, interrupt
 from hermes_core.batch.writer_lock import holding
@@ -224,6 +223,10 @@ def _run_partitions(
     `on_batch_done` is called as each batch's last sample finishes (at once for batches with
     nothing to run), so its partition can be recorded while the others still run. Returns the
     outcomes and why the run stopped early (a signal or a budget: later samples did not start), if it did."""
+    # The model client and the agent (aiohttp: ~0.1 s to import) only where samples run: planning needs neither.
+    from hermes_core.batch.runner import run_jobs
+    from hermes_core.endpoints.model_client import preflight
+
     started = time.time()
     check_one_ledger(paths.root)
     plan, ledger = BatchPlan(paths.batches), open_ledger(paths.raw)

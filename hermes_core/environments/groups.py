@@ -9,18 +9,18 @@ import hashlib
 import json
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Callable
 
 from hermes_core.batch.workers import NextIndex, process_count, run_in_processes
-from hermes_core.endpoints.model_client import http_session
 from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout
 from hermes_core.environments.tasks import Task
 from hermes_core.environments.tokens import IGNORE, ChatTokenizer, render_tokens
 from hermes_core.fileio import append_jsonl_durable, read_jsonl
 from hermes_core.formats.sharegpt import tool_stats
 from hermes_core.sandbox import SandboxBackend
+
+if TYPE_CHECKING:  # aiohttp loads where groups run: the runs file and the Dagster definitions import this module
+    import aiohttp
 
 
 class GroupFailed(RuntimeError):
@@ -147,6 +147,8 @@ class _GroupPool:
         # Sandboxes open and verifiers run in threads: enough for every rollout in flight.
         asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(
             max_workers=len(positions) * self.group_size * 2 + 4, thread_name_prefix="hermes-rollout"))
+
+        from hermes_core.endpoints.model_client import http_session
 
         # One connection pool for the process's rollouts (a session per rollout set up TLS and sockets again).
         async with http_session(self.settings.endpoint.request_timeout_s,

@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-import aiohttp
-
-from hermes_core.agent.loop import AIAgent
 from hermes_core.config import Endpoint
-from hermes_core.endpoints.model_client import Completion
 from hermes_core.environments.tasks import Task
 from hermes_core.environments.verifiers import Verdict, VerifierError, verify
 from hermes_core.sandbox import Sandbox, SandboxBackend
 from hermes_core.tools.distributions import Distribution, sample_toolsets
+
+if TYPE_CHECKING:  # the agent and aiohttp load where a rollout runs: runs files import these settings
+    import aiohttp
+
+    from hermes_core.endpoints.model_client import Completion
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ async def run_rollout(task: Task, group: int, member: int, settings: RolloutSett
                       model_call: Callable[[dict[str, Any]], Awaitable[Completion]] | None = None) -> Rollout:
     """One rollout of `task`: the conversation, then its verifier in the same sandbox. Never raises
     for model, sandbox or verifier failures: they are the rollout's `error`, and it has no reward."""
+    from hermes_core.agent.loop import AIAgent
+
     toolsets, toolset_seed = draw_toolsets(settings, task, group, member)
     endpoint = settings.endpoint
     agent = AIAgent(

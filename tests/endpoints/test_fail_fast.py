@@ -17,7 +17,8 @@ from starlette.routing import Route
 
 from hermes_core.asgi_thread import ThreadedServer, uvicorn_config
 from hermes_core.config import Endpoint
-from hermes_core.endpoints.model_client import EndpointConfigError, EndpointUnreachable, ModelClient, ModelError, is_config_error, preflight
+from hermes_core.endpoints.errors import EndpointConfigError, EndpointUnreachable, ModelError, is_config_error
+from hermes_core.endpoints.model_client import ModelClient, preflight
 from procs import free_port
 from upstreams import Upstream, hung_upstream, wrong_key_upstream  # noqa: F401  (fixtures)
 

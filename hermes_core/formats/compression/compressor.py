@@ -20,13 +20,16 @@ import re
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
 from hermes_core.formats.compression.metrics import row_metrics
 from hermes_core.formats.compression.tokens import TURN_OVERHEAD, TokenCounter, turn_tokens
 from hermes_core.fileio import append_jsonl_durable, read_jsonl
-from hermes_core.endpoints.model_client import TRANSPORT_ERRORS, ModelClient, ModelError
+from hermes_core.endpoints.errors import ModelError
+
+if TYPE_CHECKING:  # aiohttp only where a summariser runs: the Dagster definitions import this module
+    from hermes_core.endpoints.model_client import ModelClient
 
 SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
 HEAD_ROLES = ("system", "human", "gpt", "tool")
@@ -204,6 +207,8 @@ class Summariser:
 
     async def summarise(self, turns: Sequence[dict[str, Any]]) -> tuple[str, int]:
         """(summary, model calls made: 0 from the cache, more than 1 after retries)."""
+        from hermes_core.endpoints.model_client import TRANSPORT_ERRORS  # loaded already: a client exists
+
         body = summary_request(turns, self.config.summary_target_tokens, self.config.temperature)
         key = SummaryCache.key(self.client.endpoint.model, body)
         cached = self.cache.get(key)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hermes_core.config import Endpoint
-from hermes_core.endpoints.model_client import ModelClient, http_session
 from hermes_core.fileio import atomic_write_json, atomic_write_text
 from hermes_core.formats.compression.compressor import CompressionConfig, Summariser, SummaryCache, compress_row
 from hermes_core.formats.compression.metrics import aggregate
@@ -150,6 +149,8 @@ async def acompress_file(input_path: str | Path, output_path: str | Path | None 
     sources = plan_sources(source, output, config)
     work = [(src, line, raw, row) for src in sources for line, raw, row in src.rows]
     bar = RowProgress(len(work), progress) if progress and work else None
+    from hermes_core.endpoints.model_client import ModelClient, http_session  # aiohttp: not for the Dagster definitions
+
     http = None if dry_run else http_session(config.timeout_s, connections=config.concurrency)
     summariser = None
     if http is not None and endpoint is not None:

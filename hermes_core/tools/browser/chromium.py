@@ -13,11 +13,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from hermes_core.tools.browser.guard import BYPASS_LIST, GuardProxy, refuse_all
+
+if TYPE_CHECKING:  # imported where a browser starts: every command imports this module (the tool registry)
+    import aiohttp
 
 T = TypeVar("T")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -74,14 +75,18 @@ class Chromium:
         return self
 
     async def _connect(self, url: str) -> None:
+        import aiohttp
+
         self._http = aiohttp.ClientSession()
         self._ws = await self._http.ws_connect(url, max_msg_size=0)
         self._loop.create_task(self._read())
 
     async def _read(self) -> None:
+        from aiohttp import WSMsgType
+
         assert self._ws is not None
         async for message in self._ws:
-            if message.type != aiohttp.WSMsgType.TEXT:
+            if message.type != WSMsgType.TEXT:
                 break
             data = message.json()
             if "id" in data:
