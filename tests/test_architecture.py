@@ -138,3 +138,14 @@ def test_loading_the_definitions_imports_no_heavy_optional_library() -> None:
             "{'datasets', 'transformers', 'atroposlib', 'torch', 'gguf'}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_planning_and_a_settled_resume_import_no_http_client() -> None:
+    """The command line and the definitions load without aiohttp (0.1 s): a plan or a settled resume
+    sends no request, so only the code that makes one imports it."""
+    import subprocess
+    import sys
+
+    code = "import sys, hermes_assets.cli, hermes_assets.definitions; print('aiohttp' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
