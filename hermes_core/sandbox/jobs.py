@@ -40,6 +40,7 @@ class BackgroundJobs:
         # another thread (a cancelled request) while an exec is starting, and must not miss it.
         self._running: set[int] = set()
         self._inflight = 0
+        self._interrupts = 0  # interrupt() also stops the commands still starting when it came
         self.closed = False
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str], timeout: float, cap: int,
@@ -49,9 +50,11 @@ class BackgroundJobs:
             if self.closed:
                 raise SandboxError("the sandbox is closed")
             self._inflight += 1
+            interrupts = self._interrupts
         pgid = None
         try:
-            result, pgid = run_command(argv, cwd, env, timeout, cap, pass_fds, on_start=self._started)
+            result, pgid = run_command(argv, cwd, env, timeout, cap, pass_fds,
+                                       on_start=lambda started: self._started(started, interrupts))
         finally:
             with self._lock:
                 self._inflight -= 1
@@ -60,11 +63,11 @@ class BackgroundJobs:
             self.exec_groups.add(pgid)
         return result, pgid
 
-    def _started(self, pgid: int) -> None:
+    def _started(self, pgid: int, interrupts: int) -> None:
         with self._lock:
             self._running.add(pgid)
-            closing = self.closed
-        if closing:  # close() began while this command was starting
+            stopping = self.closed or self._interrupts != interrupts
+        if stopping:  # close() or interrupt() came while this command was starting
             stop_groups([pgid])
 
     def start(self, command: str, argv: list[str], cwd: str, env: dict[str, str],
@@ -140,8 +143,9 @@ class BackgroundJobs:
         return [self.poll(job_id) for job_id in sorted(self.jobs)]
 
     def interrupt(self) -> None:
-        """Kill the `exec` commands running now (their calls return as killed); background jobs stay."""
+        """Kill the `exec` commands running or starting now (their calls return as killed); background jobs stay."""
         with self._lock:
+            self._interrupts += 1
             running = list(self._running)
         stop_groups(running)
 

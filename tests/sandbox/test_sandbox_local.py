@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from hermes_core.sandbox import DEFAULT_COMMAND_TIMEOUT_S, SandboxError, SandboxSettings, get_backend, known_backends
+from hermes_core.sandbox import jobs
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend
 from hermes_core.sandbox.local import PlainBackend, PlainSandbox
 from hermes_core.sandbox.output import truncate_output
-from procs import live_members, wait_until
+from procs import live_members, marker, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,27 @@ def test_timeout_kills_the_whole_process_tree(sandbox: PlainSandbox) -> None:
     assert result.timed_out and result.exit_code is None and time.monotonic() - started < 5
     pgid = int((sandbox.workdir / "pgid").read_text())
     assert wait_until(lambda: not live_members(pgid), timeout=2), live_members(pgid)
+    assert sandbox.exec("echo still here").output == "still here\n"
+
+
+def test_an_interrupt_while_a_command_starts_still_stops_it(sandbox: PlainSandbox,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server interrupts when a client hangs up, which may fall between the command's process
+    starting and the session noting it as running: that command is stopped too, not left to its timeout."""
+    real_run = jobs.run_command
+
+    def interrupted_while_starting(*args, on_start, **kwargs):
+        def started(pgid: int) -> None:
+            assert sandbox.interrupt()  # the process exists; the session has not noted it yet
+            on_start(pgid)
+        return real_run(*args, on_start=started, **kwargs)
+
+    monkeypatch.setattr(jobs, "run_command", interrupted_while_starting)
+    tag, started = marker(), time.monotonic()
+    result = sandbox.exec(f"trap '' TERM; sleep {tag}; echo survived", timeout=60)
+    assert result.exit_code != 0 and "survived" not in result.output and time.monotonic() - started < 10
+    assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=2)
+    monkeypatch.undo()
     assert sandbox.exec("echo still here").output == "still here\n"
 
 
