@@ -95,6 +95,8 @@ class _Sessions:
             concurrent.futures.ThreadPoolExecutor(max_workers=len(positions) + 4, thread_name_prefix="hermes-tool")
         )
         gap = START_GAP_CORE_S / usable_cores()
+        if any(job.toolsets and job.sample.image is None for job in self.jobs):  # their sandboxes open at once
+            self.backend.prepare(len(positions))
         async with http_session(self.endpoint.request_timeout_s, connections=len(positions)) as http:
 
             async def worker(position: int) -> None:

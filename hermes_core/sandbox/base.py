@@ -261,6 +261,10 @@ class SandboxBackend(abc.ABC):
         """Remove leftovers of dead runs; returns how many were removed."""
         return 0
 
+    def prepare(self, sessions: int) -> None:
+        """Get ready, in the background, for `sessions` sessions without an image about to open (e.g.
+        make their reusable parts ahead); `close` frees what it made. Nothing by default."""
+
     def close(self) -> None:
         """Free what the backend keeps between sessions (e.g. reusable namespaces). Sessions still
         open stay usable; the backend may be used again afterwards."""

@@ -22,7 +22,6 @@ import hashlib
 import os
 import posixpath
 import re
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -34,19 +33,18 @@ from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_DIRECTORY, READ_SCRIP
                                       SandboxBackend, SandboxError, SandboxSettings, script_read, too_large)
 from hermes_core.sandbox.exec_server import KILL_TIMEOUT_S, ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
-from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, detect, retire,
-                                         session_names)
+from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect, retire, session_names
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.identity import ID_COUNT, LAYER, NO_LAUNCHER, host_ids, layer_mount_point
 from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
-from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, owner_record, pin_namespace,
-                                           sanitized_env, shell_exit_code, write_owner)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, pin_namespace, sanitized_env,
+                                           shell_exit_code, write_owner)
 from hermes_core.sandbox.trees import remove_tree
-from hermes_core.sandbox.slots import Slot
-from hermes_core.sandbox.zygote import joined_argv, session_pidfd
+from hermes_core.sandbox.slots import Slot, SlotPool
+from hermes_core.sandbox.zygote import Zygote, joined_argv, session_pidfd
 
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter") or "nsenter"
@@ -152,26 +150,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         return [*self._enter(make_layer), BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
 
     def _enter(self, make_layer: bool = False) -> list[str]:
-        """What runs bubblewrap inside the slot's cgroup and namespaces, as root of a user namespace
-        whose ids are unprivileged on the host (when we are root): the exec server's launcher mode (one
-        static process); when not root and without it, a shell that joins the cgroup and nsenter."""
-        procs = self.cgroup.procs_files if self.cgroup else []
-        if self._launcher is not None:
-            joins = [*(item for path in procs for item in ("--cgroup", str(path))),
-                     *(item for fd in self._fds.values() for item in ("--ns", str(fd))),
-                     *(["--map", str(self._ids), str(ID_COUNT)] if self._ids is not None else []),
-                     *(self._layer or [] if make_layer else [])]
-            return [str(self._launcher), "--enter", *joins, "--"] if joins else []
-        enter = self.cgroup.enter_argv() if self.cgroup else []
-        namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()]
-        return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
-
-    def _zygote_argv(self, ctl: int, exe: int) -> list[str]:
-        """The slot's zygote: pid 1 of a bubblewrap on the host's system folders (read-only), keeping the
-        capabilities of the slot's user namespace (whose root is unprivileged on the host) to make sessions."""
-        return [*self._enter(), BWRAP or "bwrap", *_ZYGOTE_FLAGS, "--as-pid-1", *host_layout(), "--proc", "/proc",
-                "--dev", "/dev", "--dir", "/newroot", "--dir", "/layer", "--remount-ro", "/", "--chdir", "/", "--",
-                f"/proc/self/fd/{exe}", "--zygote", str(ctl), str(exe)]
+        return _entry(self._launcher, self.cgroup, self._fds, self._ids, self._layer if make_layer else None)
 
     def _exec_server(self) -> ExecServer | None:
         """The session's exec server, started now if need be; None when commands run one bubblewrap each."""
@@ -181,8 +160,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             if self._closed:
                 raise SandboxError(f"sandbox {self.session_id!r} is closed")
             if self._server is None and self._zygote:
-                ctl, pid = self._slot.zygote_for(self._zygote_argv, self._launcher).open(
-                    self.cwd, int(self._disk), ID_COUNT)
+                ctl, pid = _zygote(self._slot, self._launcher, self._ids).open(self.cwd, int(self._disk), ID_COUNT)
                 self._server = ExecServer.attached(ctl)
                 self._session_pid, self._session_pidfd = pid, session_pidfd(pid)
             if self._server is None:
@@ -306,6 +284,34 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             remove_tree(self.state_dir)
 
 
+def _entry(launcher: Path | None, cgroup: SessionCgroup | None, fds: dict[str, int], ids: int | None,
+           layer: list[str] | None) -> list[str]:
+    """What runs bubblewrap inside a slot's cgroup and namespaces (`fds`), as root of a user namespace
+    whose ids are unprivileged on the host (when we are root): the exec server's launcher mode (one
+    static process), which also makes the writable `layer` if given; when not root and without it, a
+    shell that joins the cgroup and nsenter."""
+    procs = cgroup.procs_files if cgroup else []
+    if launcher is not None:
+        joins = [*(item for path in procs for item in ("--cgroup", str(path))),
+                 *(item for fd in fds.values() for item in ("--ns", str(fd))),
+                 *(["--map", str(ids), str(ID_COUNT)] if ids is not None else []), *(layer or [])]
+        return [str(launcher), "--enter", *joins, "--"] if joins else []
+    enter = cgroup.enter_argv() if cgroup else []
+    namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in fds.items()]
+    return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
+
+
+def _zygote(slot: Slot, launcher: Path, ids: int | None) -> Zygote:
+    """The slot's zygote, started now if need be: pid 1 of a bubblewrap on the host's system folders
+    (read-only), keeping the capabilities of the slot's user namespace (whose root is unprivileged on
+    the host) to make sessions."""
+    enter = _entry(launcher, slot.cgroup, {} if slot.net_fd is None else {"net": slot.net_fd}, ids, None)
+    return slot.zygote_for(lambda ctl, exe: [
+        *enter, BWRAP or "bwrap", *_ZYGOTE_FLAGS, "--as-pid-1", *host_layout(), "--proc", "/proc", "--dev", "/dev",
+        "--dir", "/newroot", "--dir", "/layer", "--remount-ro", "/", "--chdir", "/", "--",
+        f"/proc/self/fd/{exe}", "--zygote", str(ctl), str(exe)], launcher)
+
+
 def _quota_hint(message: str, disk: str) -> str:
     """`message`, saying which limit a full disk is (the sandbox's own tmpfs, not the host's disk)."""
     if "No space left on device" not in message:
@@ -335,9 +341,7 @@ class BubblewrapBackend(SandboxBackend):
         # Absolute: bwrap and nsenter run with other working directories.
         self.state_root = Path(self.settings.state_root or Path(tempfile.gettempdir()) / "hermes-bwrap").absolute()
         self.hierarchy = detect() if hierarchy == "detect" else hierarchy
-        self._spares = SparePool(self.hierarchy) if self.hierarchy else None
-        self._idle: list[Slot] = []
-        self._lock = threading.Lock()
+        self._slots = SlotPool(self.hierarchy, self.settings, self.state_root, _tag(self.state_root), BWRAP or "bwrap")
 
     def _rootfs(self, image: str) -> tuple[Path | None, str | None]:
         """The prepared root filesystem of `image`, resolved beneath the image root; or why not."""
@@ -380,9 +384,9 @@ class BubblewrapBackend(SandboxBackend):
         write_owner(state_dir, session_id)
         slot = None
         try:
-            slot = self._take_slot(session_id)
-            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot, self._give_back,
-                                        server_binary())
+            slot = self._slots.take(session_id)
+            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot,
+                                        self._slots.give_back, server_binary())
         except BaseException:
             if slot is not None:
                 slot.destroy()
@@ -390,48 +394,17 @@ class BubblewrapBackend(SandboxBackend):
             raise
         return sandbox
 
-    def _take_slot(self, session_id: str) -> Slot:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        cgroup = None
-        if self._spares is not None:  # there is a cgroup hierarchy to use
-            owner = owner_record(session_id)
-            name = f"o{owner['pid']}-{owner['start'] or 0}-{_tag(self.state_root)}-slot{secrets.token_hex(4)}"
-            s = self.settings
-            try:
-                cgroup = self._spares.adopt(name, s.memory_mb, s.pids, s.cpus) or \
-                    SessionCgroup.create(self._spares.hierarchy, name, s.memory_mb, s.pids, s.cpus)
-            except CgroupError:
-                cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
-        slot = Slot(cgroup, None, self.state_root)
-        if not self.settings.network:
-            try:
-                slot.net_fd = pin_namespace([BWRAP or "bwrap", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL",
-                                             "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "echo $$; read x"],
-                                            "net")  # bwrap brings loopback up
-            except BaseException:
-                slot.destroy()
-                raise
-        return slot
-
-    def _give_back(self, slot: Slot, emptied: bool) -> None:
-        with self._lock:
-            if emptied and slot.cgroup is not None:
-                self._idle.append(slot)
-                return
-        slot.destroy()  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
+    def prepare(self, sessions: int) -> None:
+        """Make `sessions` slots ahead, in the background, each with its zygote when sessions without
+        an image will use one (as root, with the exec server)."""
+        launcher, ids = server_binary(), host_ids(self.settings)
+        zygotes = BWRAP is not None and launcher is not None and ids is not None and self.settings.exec_server
+        self.state_root.mkdir(parents=True, exist_ok=True)  # where zygotes log their start
+        self._slots.warm(sessions, (lambda slot: _zygote(slot, launcher, ids)) if zygotes else None)
 
     def close(self) -> None:
         """Destroy the idle slots (cgroups and network namespaces)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for slot in idle:  # every zygote told first: they end together, not one after another
-            if slot.zygote is not None:
-                slot.zygote.hang_up()
-        for slot in idle:
-            slot.destroy(keep_cgroup=True)
-        retire([slot.cgroup for slot in idle if slot.cgroup is not None])  # spares for later runs
+        self._slots.close()
 
     def reap(self) -> int:
         """Empty the slot cgroups of dead owners (killing what runs in them; they become spares) and

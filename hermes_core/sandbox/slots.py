@@ -4,12 +4,15 @@ network namespace, and as root the zygote that makes the sessions)."""
 from __future__ import annotations
 
 import os
+import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hermes_core.sandbox.cgroups import SessionCgroup
-from hermes_core.sandbox.processes import DEFAULT_PATH
+from hermes_core.sandbox.base import SandboxSettings
+from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, SparePool, retire
+from hermes_core.sandbox.processes import DEFAULT_PATH, owner_record, pin_namespace
 from hermes_core.sandbox.zygote import Zygote
 
 
@@ -44,3 +47,128 @@ class Slot:
             self.net_fd = None
         if self.cgroup is not None and not keep_cgroup:
             self.cgroup.remove()
+
+
+class SlotPool:
+    """The slots of one `local` backend: made when a session finds none idle, or ahead of the sessions
+    (`warm`), and reused once a session's end emptied them. A new slot costs ~13 ms of CPU and 16 ms of
+    wall (a cgroup, a bubblewrap pinning the network namespace, as root the zygote) against ~4 ms for a
+    session on a reused one; at 1,024 sessions all of that fell on the run's first round."""
+
+    def __init__(self, hierarchy: Hierarchy | None, settings: SandboxSettings, state_root: Path, tag: str,
+                 bwrap: str) -> None:
+        self.settings, self.state_root, self.tag, self.bwrap = settings, state_root, tag, bwrap
+        self._spares = SparePool(hierarchy) if hierarchy else None
+        self._idle: list[Slot] = []
+        self._lock = threading.Condition()
+        self._warming: threading.Thread | None = None
+        self._closing = False
+        self._made = 0  # slots made by this pool, ahead or on demand
+        self._making = self._waiting = 0  # slots being made ahead; sessions waiting for one of them
+
+    def take(self, session_id: str) -> Slot:
+        """An idle slot; else the one being made ahead if no other session waits for it; else a new one."""
+        with self._lock:
+            while not self._idle and self._making > self._waiting:
+                self._waiting += 1
+                self._lock.wait()
+                self._waiting -= 1
+            if self._idle:
+                return self._idle.pop()
+            self._made += 1
+        return self._make(session_id)
+
+    def _make(self, session_id: str) -> Slot:
+        cgroup = None
+        if self._spares is not None:  # there is a cgroup hierarchy to use
+            owner = owner_record(session_id)
+            name = f"o{owner['pid']}-{owner['start'] or 0}-{self.tag}-slot{secrets.token_hex(4)}"
+            s = self.settings
+            try:
+                cgroup = self._spares.adopt(name, s.memory_mb, s.pids, s.cpus) or \
+                    SessionCgroup.create(self._spares.hierarchy, name, s.memory_mb, s.pids, s.cpus)
+            except CgroupError:
+                cgroup = None  # no permission to use cgroups here: run without limits (SPEC §6)
+        slot = Slot(cgroup, None, self.state_root)
+        if not self.settings.network:
+            try:
+                slot.net_fd = pin_namespace([self.bwrap, "--unshare-net", "--die-with-parent", "--cap-drop", "ALL",
+                                             "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "echo $$; read x"],
+                                            "net")  # bwrap brings loopback up
+            except BaseException:
+                slot.destroy()
+                raise
+        return slot
+
+    def give_back(self, slot: Slot, emptied: bool) -> None:
+        with self._lock:
+            if emptied and slot.cgroup is not None and not self._closing:
+                self._idle.append(slot)
+                self._lock.notify()
+                return
+        slot.destroy()  # without a cgroup, an escaped daemon could still hold the namespace: never reuse it
+
+    def warm(self, count: int, ready: Callable[[Slot], None] | None = None) -> None:
+        """Make slots one after another in a thread of their own, each readied by `ready` (e.g. its
+        zygote started), until `count` exist, counting those that sessions made themselves: a session
+        that finds none idle waits for the one being made rather than making another. Only slots with a
+        cgroup are kept (as in `give_back`); a slot that fails to be made ends the warming, and the
+        sessions make their own (and meet its error). Once per pool until `close`."""
+        if self._spares is None or self._warming is not None:
+            return
+
+        def make() -> Slot | None:
+            try:
+                slot = self._make("warm")
+            except Exception:
+                return None
+            try:
+                if slot.cgroup is None:  # no permission for cgroups after all: such slots are never reused
+                    raise CgroupError("no cgroup")
+                if ready is not None:
+                    ready(slot)
+            except Exception:
+                slot.destroy()
+                return None
+            return slot
+
+        def warming() -> None:
+            try:
+                while True:
+                    with self._lock:
+                        if self._closing or self._made >= count:
+                            return
+                        self._made += 1
+                        self._making += 1
+                    slot = make()
+                    with self._lock:
+                        self._making -= 1
+                        if slot is not None and not self._closing:
+                            self._idle.append(slot)
+                            self._lock.notify()
+                            continue
+                    if slot is not None:
+                        slot.destroy()
+                    return
+            finally:
+                with self._lock:
+                    self._lock.notify_all()  # sessions waiting for a slot that will not come make their own
+
+        self._warming = threading.Thread(target=warming, name="hermes-slot-warm", daemon=True)
+        self._warming.start()
+
+    def close(self) -> None:
+        """Destroy the idle slots; their cgroups become spares for later runs."""
+        with self._lock:
+            self._closing = True
+        if self._warming is not None:
+            self._warming.join()  # its slot in making goes back, and is destroyed below
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self._closing, self._warming, self._made = False, None, 0  # used again, it warms again
+        for slot in idle:  # every zygote told first: they end together, not one after another
+            if slot.zygote is not None:
+                slot.zygote.hang_up()
+        for slot in idle:
+            slot.destroy(keep_cgroup=True)
+        retire([slot.cgroup for slot in idle if slot.cgroup is not None])

@@ -164,6 +164,25 @@ def test_a_sample_whose_sandbox_is_broken_is_failed_and_never_kept(isolated_home
     assert stats["sandbox"]["failed"] == 1 and stats["counts"]["kept"] == 2
 
 
+def test_a_run_readies_its_sessions_slots_ahead(isolated_homes, sim_url, local_images, monkeypatch):
+    """The `local` slots of a run's sessions are made in the background as the run starts, not each by
+    its session's first sandbox (~13 ms of CPU each, which at 1,024 sessions fell on the first round);
+    a sandbox of an image makes its own root, so a run of only such rows makes none ahead."""
+    from hermes_core.sandbox.bubblewrap import BubblewrapBackend
+
+    asked: list[int] = []
+    prepare = BubblewrapBackend.prepare
+    monkeypatch.setattr(BubblewrapBackend, "prepare", lambda self, sessions: (asked.append(sessions),
+                                                                              prepare(self, sessions))[1])
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": f"Say {n} [sim:command=echo said-{n}]"}
+                                                         for n in range(6)])
+    assert run(dataset, sim_url, "--num_workers=3") == 0 and asked == [3]
+    outputs = tool_outputs(read_jsonl(isolated_homes / "data" / "sb" / "trajectories.jsonl"))
+    assert sorted(output for output in outputs if "said-" in output) == sorted(outputs) and len(outputs) == 6
+    images = write_dataset(isolated_homes / "i.jsonl", [{"prompt": "Where? [sim:command=pwd]", "image": TEST_IMAGE}])
+    assert run(images, sim_url, run_name="img") == 0 and asked == [3]
+
+
 @pytest.mark.parametrize("backend_name", ["local", "plain"])
 def test_a_deep_folder_never_fails_a_run_and_a_leftover_that_cannot_go_is_reported_and_skipped(
         isolated_homes, sim_url, monkeypatch, caplog, no_deep_tree_left, backend_name):

@@ -117,3 +117,32 @@ def test_hostile_sessions_one_after_another_leave_nothing_behind(local: Bubblewr
     assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads, timeout=5)
     assert slot.cgroup.pids() == members  # the zygote, its bubblewrap and launcher: nothing of a session
     assert sorted(local.state_root.iterdir()) == []
+
+
+def test_slots_made_ahead_serve_the_first_sessions(local: BubblewrapBackend) -> None:
+    """`prepare(n)` makes n slots with their zygotes in the background, so that a run's first sessions
+    do not each pay a new slot: the sessions then take those, and no slot more is made."""
+    local.prepare(3)
+    assert wait_until(lambda: len(local._slots._idle) == 3, timeout=10)
+    made = {id(slot): slot.zygote for slot in local._slots._idle}
+    assert all(zygote is not None for zygote in made.values())
+    boxes = [local.open(f"early-{number}") for number in range(3)]
+    try:
+        assert {id(box._slot) for box in boxes} == set(made)
+        assert all(box._slot.zygote is made[id(box._slot)] for box in boxes)  # started ahead, used as they were
+        boxes[0].exec("echo mine > /tmp/t")
+        assert [box.exec("cat /tmp/t 2>&1").output for box in boxes[1:]] == ["cat: /tmp/t: No such file or directory\n"] * 2
+    finally:
+        for box in boxes:
+            box.close()
+    local.prepare(3)  # once per backend: already made
+    assert local._slots._made == 3
+
+
+def test_closing_while_slots_are_made_ahead_leaves_nothing(local: BubblewrapBackend) -> None:
+    local.prepare(50)
+    assert wait_until(lambda: local._slots._idle, timeout=10)
+    local.close()  # waits for the slot in making; the fixture checks that no cgroup, mount or folder is left
+    assert not local._slots._idle and local._slots._warming is None
+    with local.open("after") as box:  # the backend is usable again
+        assert box.exec("echo fine").output == "fine\n"
