@@ -146,3 +146,27 @@ def test_closing_while_slots_are_made_ahead_leaves_nothing(local: BubblewrapBack
     assert not local._slots._idle and local._slots._warming is None
     with local.open("after") as box:  # the backend is usable again
         assert box.exec("echo fine").output == "fine\n"
+
+
+def test_a_hostile_session_cannot_reach_the_slots_made_ahead_for_others(local: BubblewrapBackend) -> None:
+    """A session on a slot made ahead that kills every process it can reach and leaves daemons: the
+    zygotes made ahead for the other sessions live on and serve them, nothing of it reaches them, and
+    once the backend is closed the orchestrator holds the fds and threads it held before."""
+    tag = marker()
+    fds, threads = open_fds(), threading.active_count()
+    local.prepare(3)
+    assert wait_until(lambda: len(local._slots._idle) == 3, timeout=10)
+    others = {id(slot): slot.zygote for slot in local._slots._idle}
+    with local.open("hostile") as box:
+        others.pop(id(box._slot))
+        box.spawn(f"setsid sleep {tag}")
+        with pytest.raises(SandboxFailed, match="stopped while running a command"):
+            box.exec(f"(setsid sleep {tag} &); kill -9 -1")
+    assert all(zygote.proc.poll() is None for zygote in others.values())
+    for number in range(2):
+        with local.open(f"next-{number}") as following:
+            assert following.exec("echo fine").output == "fine\n"
+            assert tag not in following.exec("ps -e -o args=").output
+    local.close()
+    assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=5)
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads, timeout=5)
