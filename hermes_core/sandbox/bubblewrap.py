@@ -93,7 +93,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError(NO_LAUNCHER)
         self._disk = str(settings.disk_mb << 20)
         # As root without an image, the slot's zygote makes the session (zygote.py): no bubblewrap of its own.
-        self._zygote = rootfs is None and self._ids is not None and self._server_binary is not None
+        self._zygote = rootfs is None and _makes_zygotes(settings, launcher, self._ids)
         self._session_pid: int | None = None  # the host pid of the session's pid 1 (its server)
         self._session_pidfd: int | None = None
         if self._zygote:
@@ -301,6 +301,11 @@ def _entry(launcher: Path | None, cgroup: SessionCgroup | None, fds: dict[str, i
     return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
 
 
+def _makes_zygotes(settings: SandboxSettings, launcher: Path | None, ids: int | None) -> bool:
+    """Whether sessions without an image come from their slot's zygote: as root, with the exec server."""
+    return ids is not None and launcher is not None and settings.exec_server
+
+
 def _zygote(slot: Slot, launcher: Path, ids: int | None) -> Zygote:
     """The slot's zygote, started now if need be: pid 1 of a bubblewrap on the host's system folders
     (read-only), keeping the capabilities of the slot's user namespace (whose root is unprivileged on
@@ -397,10 +402,12 @@ class BubblewrapBackend(SandboxBackend):
     def prepare(self, sessions: int) -> None:
         """Make `sessions` slots ahead, in the background, each with its zygote when sessions without
         an image will use one (as root, with the exec server)."""
+        if BWRAP is None:
+            return  # open() says why
         launcher, ids = server_binary(), host_ids(self.settings)
-        zygotes = BWRAP is not None and launcher is not None and ids is not None and self.settings.exec_server
         self.state_root.mkdir(parents=True, exist_ok=True)  # where zygotes log their start
-        self._slots.warm(sessions, (lambda slot: _zygote(slot, launcher, ids)) if zygotes else None)
+        self._slots.warm(sessions, (lambda slot: _zygote(slot, launcher, ids))  # type: ignore[arg-type]
+                         if _makes_zygotes(self.settings, launcher, ids) else None)
 
     def close(self) -> None:
         """Destroy the idle slots (cgroups and network namespaces)."""
