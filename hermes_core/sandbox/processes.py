@@ -6,12 +6,16 @@ session's creator is gone, and pinned namespaces. Background jobs are in jobs.py
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
+import fcntl
 import json
 import functools
 import os
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -243,3 +247,45 @@ def pin_namespace(argv: list[str], kind: str) -> int:
         helper.wait()
         helper.stdout.close()
         helper.stderr.close()
+
+
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_IFREQ = "16sh22x"  # struct ifreq: the interface name, then its flags (40 bytes on Linux)
+
+
+def loopback_namespace(bwrap: str) -> int:
+    """An fd that pins a new network namespace whose only interface, loopback, is up (`pin_namespace`).
+
+    As root, a thread of its own makes it (unshare is per thread, and that thread ends in it, so no
+    other thread ever runs there): ~0.9 ms of CPU against ~4 ms for a bubblewrap and a shell that
+    do the same, and the same namespace (owned by the host's user namespace, as bubblewrap run by
+    root makes it). Otherwise bubblewrap makes it, in a user namespace of its own."""
+    if os.geteuid() != 0:
+        return pin_namespace([bwrap, "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/",
+                              "/", "--", "/bin/sh", "-c", "echo $$; read x"], "net")  # bwrap brings loopback up
+    made: list[int | OSError] = []
+
+    def make() -> None:
+        try:
+            if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET) != 0:
+                number = ctypes.get_errno()
+                raise OSError(number, os.strerror(number))
+            fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:  # a socket of the new namespace
+                    flags = struct.unpack(_IFREQ, fcntl.ioctl(control, _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0)))[1]
+                    fcntl.ioctl(control, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+            except OSError:
+                os.close(fd)
+                raise
+            made.append(fd)
+        except OSError as exc:
+            made.append(exc)
+
+    thread = threading.Thread(target=make, name="hermes-netns")
+    thread.start()
+    thread.join()
+    if isinstance(made[0], OSError):
+        raise SandboxError(f"could not create a net namespace: {made[0]}")
+    return made[0]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from hermes_core.sandbox import SandboxError, SandboxSettings, get_backend
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import cgroups
 from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, SparePool, detect, retire, spare_names
+from hermes_core.sandbox.processes import loopback_namespace
 from procs import free_port, host_uid_of, marker, processes_with, wait_until
 from host_knobs import knob_writes
 from rootfs import tiny_rootfs
@@ -271,6 +273,45 @@ def test_network(local: BubblewrapBackend, bwrap_settings: SandboxSettings) -> N
     finally:
         listener.close()
         held.close()
+
+
+def _namespace_of(fd: int) -> tuple[str, str, str]:
+    """A network namespace as a command in it sees it (its interfaces and addresses), the user
+    namespace that owns it, and its own id."""
+    inside = subprocess.run(["nsenter", f"--net=/proc/self/fd/{fd}", "ip", "-o", "addr"], pass_fds=(fd,),
+                            capture_output=True, text=True, check=True).stdout
+    addresses = "\n".join(" ".join(line.split()[1:4]) for line in inside.splitlines())
+    owner = fcntl.ioctl(fd, 0xB701)  # NS_GET_USERNS: an fd of the owning user namespace
+    try:
+        return addresses, os.readlink(f"/proc/self/fd/{owner}"), os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(owner)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root a thread makes the namespace (bubblewrap otherwise)")
+def test_a_slots_network_namespace_is_what_bubblewrap_makes_as_root(monkeypatch) -> None:
+    threads = threading.active_count()
+    made = loopback_namespace("bwrap")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the way taken without root: a bubblewrap makes it
+    by_bwrap = loopback_namespace("bwrap")
+    try:
+        ours, theirs = _namespace_of(made), _namespace_of(by_bwrap)
+        assert ours[0] == theirs[0] == "lo inet 127.0.0.1/8\nlo inet6 ::1/128"  # loopback, up, and nothing else
+        assert ours[1] == theirs[1] == os.readlink("/proc/self/ns/user")  # owned alike: the host's user namespace
+        assert len({ours[2], theirs[2], os.readlink("/proc/self/ns/net")}) == 3
+        assert os.readlink("/proc/thread-self/ns/net") == os.readlink("/proc/self/ns/net")  # this thread stayed
+        assert threading.active_count() == threads  # the thread that made it is gone; no process holds it
+        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _in_namespace(pid, ours[2])]
+    finally:
+        os.close(made)
+        os.close(by_bwrap)
+
+
+def _in_namespace(pid: str, namespace: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") == namespace
+    except OSError:
+        return False
 
 
 def test_commands_children_end_with_the_command_but_jobs_survive(local: BubblewrapBackend) -> None:
