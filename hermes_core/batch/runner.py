@@ -28,7 +28,7 @@ from hermes_core.tools.backends import ToolBackends
 # Sessions start one per START_GAP_CORE_S ÷ cores (15 ms apart on 2 cores), at most MAX_START_SPREAD_S
 # after the first: see _Sessions.serve.
 START_GAP_CORE_S = 0.03
-MAX_START_SPREAD_S = 30.0
+MAX_START_SPREAD_S = 2.0
 
 
 def run_jobs(
@@ -103,10 +103,12 @@ class _Sessions:
                 # Staggered starts: sessions started together stay in lockstep, each model reply
                 # and each sandbox command arriving for all of them at once, so every burst queues
                 # for the CPU. 15 ms apart on 2 cores (64 sessions: ~1 s, once per run) the work
-                # spreads over the cycle: 64 x 2,000 went from 40 to 36 s of sampling. Capped at
-                # 1 s, 1,024 sessions stayed in lockstep (167-171 s at 5 s per call); spread over
-                # 15 s, 146-166 s (bench/throughput.py --realistic). Positions are run-wide, so
-                # starts stay apart across worker processes.
+                # spreads over the cycle: 64 x 2,000 went from 40 to 36 s of sampling. The cap
+                # bounds what a spread costs at the end (a session that started S later still runs
+                # its last sample when the others are done: ~0.8 S at 1,024 sessions); with slots
+                # made ahead and cheap to make, 1,024 sessions at 5 s per call took 115-116 s
+                # capped at 1-2 s, 119-120 s at 5 s and 121 s at 15 s (bench/throughput.py
+                # --realistic). Positions are run-wide, so starts stay apart across worker processes.
                 await asyncio.sleep(min(position * gap, MAX_START_SPREAD_S))
                 while (index := await next_index(position)) is not None:
                     on_done(index, await self.session(self.jobs[index], http))
