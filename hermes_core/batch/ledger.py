@@ -232,26 +232,47 @@ class Ledger:
         return 0
 
     def append(self, partition_key: str, record: dict[str, Any]) -> None:
-        """Write the record durably and note it. When the file held exactly what this ledger had read,
-        the record is noted as written; otherwise (another process appended in between) the file is
-        read on like any other appended lines, so no record is skipped or counted twice."""
-        path = self.raw_dir / f"{partition_key}.jsonl"
-        inode, offset, length = append_record(path, record)
-        with self._lock:
-            read = self._read.get(path)
-            if (read or (inode, 0, 0))[:2] == (inode, offset):
-                self._note(record, (path, offset, length))
-                self._read[path] = (inode, offset + length, (read or (inode, 0, 0))[2] + 1)
-            elif not self._read_new(path):
-                self.refresh()
+        """Write the record durably and note it (`append_many` of one)."""
+        self.append_many([(partition_key, record)])
+
+    def append_many(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Write (partition key, record) pairs durably, in order, then note them: one write and one
+        fsync per partition file, however many records it gets (a burst of 900 records that finished
+        together costs a few fsyncs, not 900 of ~2 ms each). When a file held exactly what this
+        ledger had read, its records are noted as written; otherwise (another process appended in
+        between) the file is read on like any other appended lines, so no record is skipped or
+        counted twice."""
+        by_path: dict[Path, list[dict[str, Any]]] = {}
+        for partition_key, record in records:
+            by_path.setdefault(self.raw_dir / f"{partition_key}.jsonl", []).append(record)
+        for path, appended in by_path.items():
+            inode, offset, lengths = append_records(path, appended)
+            with self._lock:
+                read = self._read.get(path)
+                if (read or (inode, 0, 0))[:2] == (inode, offset):
+                    for record, length in zip(appended, lengths):
+                        self._note(record, (path, offset, length))
+                        offset += length
+                    self._read[path] = (inode, offset, (read or (inode, 0, 0))[2] + len(appended))
+                elif not self._read_new(path):
+                    self.refresh()
 
 
 def append_record(path: Path, record: dict[str, Any]) -> tuple[int, int, int]:
-    """Append one record and fsync it (once this returns, a crash cannot lose it), after cutting off a
-    torn last line (a crash mid-write) that the record would otherwise be glued to, making both
+    """Append one record durably (`append_records`); returns the file's inode, the record's offset
+    and its length."""
+    inode, offset, (length,) = append_records(path, [record])
+    return inode, offset, length
+
+
+def append_records(path: Path, records: list[dict[str, Any]]) -> tuple[int, int, list[int]]:
+    """Append records in one write and fsync them (once this returns, a crash cannot lose them), after
+    cutting off a torn last line (a crash mid-write) that they would otherwise be glued to, making both
     unreadable. Appenders of a file take turns (an flock), so a last line without its newline is a dead
-    writer's, never a write in progress. Returns the file's inode, the record's offset and its length."""
-    line = json_bytes(record) + b"\n"
+    writer's, never a write in progress. Returns the file's inode, the first record's offset and each
+    record's length."""
+    lines = [json_bytes(record) + b"\n" for record in records]
+    data = b"".join(lines)
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except FileNotFoundError:
@@ -268,11 +289,11 @@ def append_record(path: Path, record: dict[str, Any]) -> tuple[int, int, int]:
             report_damage(f"{path}: cut off a torn last line ({size - keep} bytes at byte {keep}, a crash "
                           "mid-write) before appending")
             size = keep
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
         os.fsync(fd)
-        return info.st_ino, size, len(line)
+        return info.st_ino, size, [len(line) for line in lines]
     finally:
         os.close(fd)
 

@@ -155,6 +155,11 @@ class ObjectLedger(Ledger):
         with self._lock:
             self._note_object(name, record, (path, 0, len(data)))
 
+    def append_many(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """`append` each (partition key, record) pair, in order: an object each."""
+        for partition_key, record in records:
+            self.append(partition_key, record)
+
     def write_segment(self, partition_key: str, ids: list[str], lines: list[bytes]) -> None:
         """One object holding the records `lines` under the object ids `ids` (in the same order)."""
         data = json_bytes({"objects": ids}) + b"\n" + b"".join(line.rstrip(b"\n") + b"\n" for line in lines)

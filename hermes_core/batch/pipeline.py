@@ -262,8 +262,13 @@ def _run_partitions(
         if reason := recipe.budget.exceeded(ledger.spent):
             early_stop.request(reason)
 
-    def record(result: dict[str, Any]) -> None:
-        ledger.append(result["partition_key"], result)
+    def record(results: list[dict[str, Any]]) -> None:
+        """Records that finished together: written durably at once (`Ledger.append_many`), then counted."""
+        ledger.append_many([(result["partition_key"], result) for result in results])
+        for result in results:
+            count(result)
+
+    def count(result: dict[str, Any]) -> None:
         check_budget()  # spent counts every attempt in the ledger: a resume counts nothing twice
         if is_config_error(result.get("error")):
             early_stop.request(result["error"])  # every later sample would fail the same way

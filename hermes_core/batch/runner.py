@@ -1,9 +1,9 @@
 """Runs sample jobs through one pool of concurrent agent sessions and records each as it ends.
 
 One pool spans all batches of an invocation, so there is no idle tail at the end of each batch;
-records are handed to `on_record` the moment a sample finishes (the ledger fsyncs them). A pool of
+records are handed to `on_records` the moment a sample finishes (the ledger fsyncs them). A pool of
 many sessions is spread over worker processes (workers.py), its records still handed to
-`on_record` in this process.
+`on_records` in this process, those that arrived together at once.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ def run_jobs(
     endpoint: Endpoint,
     ctx: RunContext,
     backend: SandboxBackend,
-    on_record: Callable[[dict[str, Any]], None],
+    on_records: Callable[[list[dict[str, Any]]], None],
     stop: Callable[[], str | None] = lambda: None,
 ) -> None:
-    """Blocking: run every job with at most `recipe.num_workers` sessions at once. Once `stop()`
+    """Blocking: run every job with at most `recipe.num_workers` sessions at once; `on_records` gets
+    the records that finished together (in one process, one at a time). Once `stop()`
     gives a reason, no new job starts; the ones in flight finish and are recorded. With many
     sessions they run in worker processes (`workers.process_count`); a worker that dies raises
     `workers.WorkerFailed` once the others have finished."""
@@ -50,14 +51,14 @@ def run_jobs(
     pool = _Sessions(jobs, recipe, endpoint, ctx, backend)
     processes = process_count(sessions)
     if processes > 1:
-        run_in_processes(len(jobs), sessions, processes, pool.serve, backend, on_record, stop)
+        run_in_processes(len(jobs), sessions, processes, pool.serve, backend, on_records, stop)
         return
     queue = deque(range(len(jobs)))
 
     async def next_index(_position: int) -> int | None:
         return queue.popleft() if queue and not stop() else None
 
-    asyncio.run(pool.serve(list(range(sessions)), next_index, lambda _index, record: on_record(record)))
+    asyncio.run(pool.serve(list(range(sessions)), next_index, lambda _index, record: on_records([record])))
 
 
 class _Sessions:

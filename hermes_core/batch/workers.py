@@ -39,6 +39,7 @@ WORKERS_ENV = "HERMES_WORKER_PROCESSES"
 MIN_SESSIONS_FOR_PROCESSES = 16
 PR_SET_PDEATHSIG = 1
 POLL_S = 1.0  # how often the parent looks for a worker that died without closing its pipe
+MAX_MESSAGES = 1024  # taken from one worker per round: the others' wait at most that long
 
 NextIndex = Callable[[int], Awaitable[int | None]]  # a session's position -> its next job's index, or None
 Serve = Callable[[list[int], NextIndex, Callable[[int, dict[str, Any]], None]], Awaitable[None]]
@@ -84,11 +85,12 @@ class _Worker:
 
 
 def run_in_processes(count: int, sessions: int, processes: int, serve: Serve, backend: AbstractContextManager,
-                     on_record: Callable[[dict[str, Any]], None], stop: Callable[[], str | None]) -> None:
+                     on_records: Callable[[list[dict[str, Any]]], None], stop: Callable[[], str | None]) -> None:
     """Blocking: run jobs 0..count-1 with `sessions` sessions over `processes` forked workers. Each
     worker runs `serve(positions, next_index, on_done)` inside `with backend:`; session positions
-    interleave across workers so starts stay staggered run-wide. Raises WorkerFailed at the end if a
-    worker died (the others carry on with the remaining jobs)."""
+    interleave across workers so starts stay staggered run-wide. `on_records` gets the records that
+    arrived together. Raises WorkerFailed at the end if a worker died (the others carry on with the
+    remaining jobs)."""
     context = multiprocessing.get_context("fork")  # shares the plan copy-on-write; a spawn re-imports ~1 s
     workers: list[_Worker] = []
     print(f"{sessions} sessions over {processes} worker processes", file=sys.stderr, flush=True)
@@ -102,7 +104,7 @@ def run_in_processes(count: int, sessions: int, processes: int, serve: Serve, ba
             process.start()
             child_end.close()
             workers.append(_Worker(number, process, parent_end))
-        failures = _dispatch(workers, deque(range(count)), on_record, stop)
+        failures = _dispatch(workers, deque(range(count)), on_records, stop)
     finally:
         for worker in workers:  # only on an error here: an exception in on_record, KeyboardInterrupt
             if worker.process.exitcode is None:
@@ -114,38 +116,53 @@ def run_in_processes(count: int, sessions: int, processes: int, serve: Serve, ba
                            "to run the missing ones again.")
 
 
-def _dispatch(workers: list[_Worker], queue: deque[int], on_record: Callable[[dict[str, Any]], None],
+def _dispatch(workers: list[_Worker], queue: deque[int], on_records: Callable[[list[dict[str, Any]]], None],
               stop: Callable[[], str | None]) -> list[str]:
-    """Answer the workers until every one has ended; returns the failures."""
+    """Answer the workers until every one has ended; returns the failures.
+
+    Each round takes every message waiting (up to MAX_MESSAGES per worker), records first: sessions
+    in step finish hundreds of samples at once, and one by one their fsyncs (~2 ms each here) held
+    up every session's next job behind them. Their records go to `on_records` together, so they
+    are durable after a few fsyncs, and counted (a budget met stops new jobs) before any request
+    for a job in the same round is answered."""
     live = {worker.conn: worker for worker in workers}
     failures = []
     while live:
         ready = wait(list(live), timeout=POLL_S)
         # A worker whose process is gone but whose pipe a grandchild still holds open: ended too.
         ready += [c for c, w in live.items() if c not in ready and w.process.exitcode is not None and not c.poll()]
+        records: list[dict[str, Any]] = []
+        asking: list[tuple[_Worker, int]] = []
         for conn in ready:
             worker = live[conn]
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                del live[conn]
-                worker.process.join()
-                if failure := worker.failure():
-                    failures.append(failure)
-                continue
-            if message[0] == "next":
-                index = queue.popleft() if queue and not stop() else None
-                if index is not None:
-                    worker.in_flight.add(index)
+            for _ in range(MAX_MESSAGES):
                 try:
-                    conn.send(("job", message[1], index))
-                except OSError:
-                    pass  # it died: its end of the pipe says so next
-            elif message[0] == "record":
-                worker.in_flight.discard(message[1])
-                on_record(message[2])
-            elif message[0] == "error":
-                worker.error = message[1]
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    del live[conn]
+                    worker.process.join()
+                    if failure := worker.failure():
+                        failures.append(failure)
+                    break
+                if message[0] == "next":
+                    asking.append((worker, message[1]))
+                elif message[0] == "record":
+                    worker.in_flight.discard(message[1])
+                    records.append(message[2])
+                elif message[0] == "error":
+                    worker.error = message[1]
+                if not conn.poll():
+                    break
+        if records:
+            on_records(records)
+        for worker, position in asking:
+            index = queue.popleft() if queue and not stop() else None
+            if index is not None:
+                worker.in_flight.add(index)
+            try:
+                worker.conn.send(("job", position, index))
+            except OSError:
+                pass  # it died: its end of the pipe says so next
     return failures
 
 

@@ -188,7 +188,11 @@ def run_groups(jobs: list[tuple[Task, int]], settings: RolloutSettings, group_si
     sessions = min(concurrency, len(todo))
     processes = process_count(sessions)
     if processes > 1:
-        run_in_processes(len(todo), sessions, processes, pool.serve, backend, record, lambda: None)
+        def record_all(results: list[dict[str, Any]]) -> None:
+            for result in results:
+                record(result)
+
+        run_in_processes(len(todo), sessions, processes, pool.serve, backend, record_all, lambda: None)
         return counts
     pending = deque(range(len(todo)))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from hermes_core.batch.ledger import Ledger
@@ -22,6 +23,27 @@ def test_appends_from_this_and_other_processes_are_each_counted_once(tmp_path: P
     assert ledger.records_per_partition == {"b00001-x": 3}
     fresh = Ledger(raw)
     assert fresh.latest == ledger.latest and fresh.spent == ledger.spent
+
+
+def test_records_appended_together_take_one_fsync_per_file_and_keep_their_order(tmp_path: Path, monkeypatch) -> None:
+    raw = tmp_path / "raw"
+    ledger = open_ledger(raw)
+    ledger.append("b00001-x", record("a"))
+    with open(raw / "b00001-x.jsonl", "a") as other:  # another process appended in between
+        other.write(json.dumps(record("b")) + "\n")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    ledger.append_many([("b00001-x", record("c")), ("b00002-y", record("d", "b00002-y")),
+                        ("b00001-x", record("e", calls=5)), ("b00002-y", record("f", "b00002-y"))])
+    assert len(synced) == 2  # one per file
+    assert [json.loads(line)["sample_key"] for line in (raw / "b00001-x.jsonl").read_text().splitlines()] == \
+        ["a", "b", "c", "e"]
+    assert [json.loads(line)["sample_key"] for line in (raw / "b00002-y.jsonl").read_text().splitlines()] == ["d", "f"]
+    assert set(ledger.latest) == set("abcdef") and ledger.records_per_partition == {"b00001-x": 4, "b00002-y": 2}
+    fresh = Ledger(raw)
+    assert fresh.latest == ledger.latest and fresh.spent == ledger.spent
+    assert [ledger.record(key)["sample_key"] for key in "abcdef"] == list("abcdef")  # read back from their offsets
 
 
 def test_a_torn_line_waits_and_a_replaced_file_is_read_again(tmp_path: Path) -> None:

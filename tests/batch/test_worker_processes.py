@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -86,6 +87,32 @@ def test_every_sample_is_recorded_once_across_worker_processes(isolated_homes, s
     assert len((data_root() / "w1" / "trajectories.jsonl").read_text().splitlines()) == 24
     mine = {prompt: n for prompt, n in sim_server.log.sample_starts.items() if f"({tmp_path.name})" in prompt}
     assert len(mine) == 24 and set(mine.values()) == {1}  # nothing was sent twice
+
+
+def test_records_that_arrive_together_share_their_fsyncs_on_a_slow_disk(isolated_homes, sim_server, tmp_path,
+                                                                        monkeypatch) -> None:
+    """On a disk whose fsync takes 20 ms (a network file system, say), one fsync per record would make
+    every session wait for the others' in turn; records that reached the parent together are made
+    durable together. Every record is still there once, and no job went to a session before the
+    records that arrived with its request were durable (each is in the ledger, whole)."""
+    monkeypatch.setenv("HERMES_WORKER_PROCESSES", "2")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.02)
+        real_fsync(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    dataset = write_prompts(tmp_path / "d.jsonl", 96)
+    assert batch_main(argv(dataset, sim_server.base_url, sessions=32)) == 0
+    records = ledger_records(data_root() / "w1")
+    assert len(records) == 96 and set(Counter(r["sample_key"] for r in records).values()) == {1}
+    raw_syncs = [path for path in synced if "/w1/raw/" in path]
+    assert len(raw_syncs) < 96, f"{len(raw_syncs)} fsyncs for 96 records"
+    mine = {prompt: n for prompt, n in sim_server.log.sample_starts.items() if f"({tmp_path.name})" in prompt}
+    assert len(mine) == 96 and set(mine.values()) == {1}  # nothing was sent twice
 
 
 def test_a_token_budget_stops_every_worker(isolated_homes, sim_url, tmp_path, monkeypatch, capsys) -> None:
@@ -164,6 +191,6 @@ def test_many_sessions_and_large_records_never_block_both_ends_of_a_workers_pipe
         await asyncio.gather(*(session(position) for position in positions))
 
     recorded: list[int] = []
-    run_in_processes(4000, 1024, 2, serve, contextlib.nullcontext(), lambda r: recorded.append(r["index"]),
-                     lambda: None)
+    run_in_processes(4000, 1024, 2, serve, contextlib.nullcontext(),
+                     lambda records: recorded.extend(r["index"] for r in records), lambda: None)
     assert sorted(recorded) == list(range(4000))
