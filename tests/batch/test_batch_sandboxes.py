@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -181,6 +182,47 @@ def test_a_run_readies_its_sessions_slots_ahead(isolated_homes, sim_url, local_i
     assert sorted(output for output in outputs if "said-" in output) == sorted(outputs) and len(outputs) == 6
     images = write_dataset(isolated_homes / "i.jsonl", [{"prompt": "Where? [sim:command=pwd]", "image": TEST_IMAGE}])
     assert run(images, sim_url, run_name="img") == 0 and asked == [3]
+
+
+def test_sessions_left_without_work_free_their_slots_while_the_last_sample_runs(isolated_homes, sim_url):
+    """A session that finds no job left gives its slot up at once (its cgroup becomes a spare, its
+    zygote ends) instead of keeping it until the last sample of the run is done: at 1,024 sessions
+    that teardown was ~1 s after the last record."""
+    from hermes_core.sandbox.cgroups import detect, session_names
+
+    hierarchy = detect()
+    if hierarchy is None:
+        pytest.skip("no cgroup hierarchy on this machine: slots keep no cgroup")
+    mine = f"o{os.getpid()}-"
+
+    def slots() -> int:
+        return sum(name.startswith(mine) and "-slot" in name for name in session_names(hierarchy))
+
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": "Slow one [sim:latency=2] [sim:command=echo slow]"},
+        *({"prompt": f"Quick {n} [sim:command=echo quick-{n}]"} for n in range(2))])
+    seen: list[int] = []
+    running = threading.Event()
+    running.set()
+
+    def watch() -> None:
+        while running.is_set():
+            seen.append(slots())
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert run(dataset, sim_url, "--num_workers=3") == 0
+    finally:
+        running.clear()
+        watcher.join()
+    assert max(seen) == 3, seen  # one slot per session
+    first_full = seen.index(3)
+    assert 1 in seen[first_full:], seen  # the two quick sessions' slots went while the slow sample ran
+    assert slots() == 0
+    outputs = tool_outputs(read_jsonl(isolated_homes / "data" / "sb" / "trajectories.jsonl"))
+    assert len(outputs) == 3 and all(any(word in output for output in outputs) for word in ("quick-0", "quick-1", "slow"))
 
 
 @pytest.mark.parametrize("backend_name", ["local", "plain"])
