@@ -307,6 +307,24 @@ def test_a_slots_network_namespace_is_what_bubblewrap_makes_as_root(monkeypatch)
         os.close(by_bwrap)
 
 
+def test_a_session_cannot_reconfigure_its_slots_network_for_the_next(local: BubblewrapBackend) -> None:
+    """The slot's namespace is owned by the host's user namespace: a hostile command can neither add
+    an interface, take loopback down nor change the namespace's settings, so the next session of the
+    slot gets the same loopback-only network."""
+    attack = ("ip link add hostile0 type dummy; echo add=$?; ip link set lo down; echo down=$?; "
+              "ip addr add 10.9.9.9/8 dev lo; echo addr=$?; echo 1 > /proc/sys/net/ipv4/ip_forward; echo fwd=$?")
+    with local.open("hostile") as box:
+        slot = box._slot
+        out = box.exec(attack).output
+    for step in ("add", "down", "addr", "fwd"):
+        assert f"{step}=0" not in out and f"{step}=" in out, out
+    with local.open("next") as box:
+        assert box._slot is slot  # the same slot, reused
+        addresses = box.exec("ip -o addr | awk '{print $2, $3, $4}'").output
+        assert addresses.split("\n")[:2] == ["lo inet 127.0.0.1/8", "lo inet6 ::1/128"], addresses
+        assert "hostile0" not in box.exec("ip -o link").output
+
+
 def _in_namespace(pid: str, namespace: str) -> bool:
     try:
         return os.readlink(f"/proc/{pid}/ns/net") == namespace
