@@ -248,12 +248,12 @@ class Ledger:
         for path, appended in by_path.items():
             inode, offset, lengths = append_records(path, appended)
             with self._lock:
-                read = self._read.get(path)
-                if (read or (inode, 0, 0))[:2] == (inode, offset):
+                read_inode, read_bytes, read_lines = self._read.get(path, (inode, 0, 0))
+                if (read_inode, read_bytes) == (inode, offset):
                     for record, length in zip(appended, lengths):
                         self._note(record, (path, offset, length))
                         offset += length
-                    self._read[path] = (inode, offset, (read or (inode, 0, 0))[2] + len(appended))
+                    self._read[path] = (inode, offset, read_lines + len(appended))
                 elif not self._read_new(path):
                     self.refresh()
 
