@@ -69,6 +69,9 @@ scripts/hermes_oracle.sh || log "no Hermes Agent oracle (the conformance tests w
 # The typed API client's Python 3.13 venv (.api-client-venv, cached) for tests/api_server/test_api_client.py.
 scripts/api_client_venv.sh >/dev/null || log "no hermes-agent-api-client venv; see the line above"
 
+# One pytest worker per core, up to 2 (PYTEST_WORKERS=N overrides; 0 runs in one process): most tests
+# wait on servers and sandboxes. Tests sharing one `dagster dev` stay together (--dist loadgroup).
+workers=${PYTEST_WORKERS:-$(( $(nproc) < 2 ? $(nproc) : 2 ))}
 status=0
-"$venv/bin/pytest" "$@" || status=$?
+"$venv/bin/pytest" -n "$workers" --dist loadgroup "$@" || status=$?
 exit "$status"

@@ -22,7 +22,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def ledger_records(run_dir: Path) -> list[dict]:
-    return [r for path in sorted((run_dir / "raw").glob("*.jsonl")) for r in read_jsonl(path)]
+    """The ledger's whole records; a line still being appended (a run in progress) is not one yet."""
+    lines = [line for path in sorted((run_dir / "raw").glob("*.jsonl"))
+             for line in path.read_text(encoding="utf-8").split("\n")[:-1]]
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def record(key: str, partition: str = "b00001-x", disposition: str = "kept", calls: int = 2) -> dict:

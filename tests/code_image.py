@@ -1,19 +1,25 @@
 """The code location image of the docker launcher test (deploy/docker/build_image.sh, about a minute of
-copying the venv into an image). tests/assets/conftest.py starts the build when that test is collected,
-so it runs beside the tests before it; the test's fixture then only waits for it."""
+copying the venv into an image). It builds in the background from collection on, beside the tests
+before it; the test's fixture then only waits for it. With pytest-xdist the controller starts the one
+build (tests/conftest.py) and whichever worker runs the test waits for its files."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX_IMAGE = "hermes-test/bookworm:latest"  # the base of the code image, and the sandboxes' image
 CODE_IMAGE = "hermes-foundry/code:test"
+SHARED = "HERMES_TEST_CODE_IMAGE_DIR"  # the build's folder, set by an xdist controller for its workers
+# The build's output and exit status land in files, so that another process can collect them.
+_SCRIPT = 'mkdir -p "$2" && "$3" "$1" >"$2/out" 2>"$2/err"; echo $? >"$2/rc.tmp" && mv "$2/rc.tmp" "$2/rc"'
 
 
 def engine_answers() -> bool:
@@ -28,34 +34,50 @@ def engine_answers() -> bool:
 
 
 class ImageBuild:
-    """One run of build_image.sh in its own process group, its output in temporary files."""
+    """One run of build_image.sh in its own process group; its output and status in a folder."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen | None = None
-        self._out = tempfile.TemporaryFile()
-        self._err = tempfile.TemporaryFile()
+        self._folder: Path | None = None
+        self._owned = False  # made by this process, which removes it at the end
+
+    @property
+    def folder(self) -> Path:
+        if self._folder is None:
+            shared = os.environ.get(SHARED)
+            self._folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="hermes-code-image-"))
+            self._owned = not shared
+        return self._folder
 
     def start(self) -> None:
-        if self._process is None:
-            self._process = subprocess.Popen(
-                [str(ROOT / "deploy/docker/build_image.sh"), CODE_IMAGE], stdout=self._out, stderr=self._err,
-                env={**os.environ, "VENV": str(Path(sys.executable).parents[1])}, start_new_session=True)
+        """Start the build unless this or another process of the session did."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(self.folder / "started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        self._process = subprocess.Popen(
+            ["sh", "-c", _SCRIPT, "sh", CODE_IMAGE, str(self.folder), str(ROOT / "deploy/docker/build_image.sh")],
+            env={**os.environ, "VENV": str(Path(sys.executable).parents[1])}, start_new_session=True)
 
     def result(self, timeout: float = 900) -> str:
         """The image's name once built (starting the build if nothing did); a failed build fails the caller."""
         self.start()
-        assert self._process is not None
-        returncode = self._process.wait(timeout=timeout)
-        self._err.seek(0)
-        assert returncode == 0, self._err.read().decode(errors="replace")
-        self._out.seek(0)
-        return self._out.read().decode().strip()
+        deadline = time.monotonic() + timeout
+        while not (self.folder / "rc").exists():
+            assert time.monotonic() < deadline, f"the code image was not built in {timeout:.0f} s"
+            time.sleep(0.5)
+        assert (self.folder / "rc").read_text().strip() == "0", (self.folder / "err").read_text(errors="replace")
+        return (self.folder / "out").read_text().strip()
 
     def stop(self) -> None:
-        """End a build still running (its test was not run): the script removes its build context."""
+        """End a build still running (its test was not run; the script removes its build context), and
+        remove the build's folder if this process made it."""
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)
             self._process.wait(timeout=60)
+        if self._owned and self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 BUILD = ImageBuild()

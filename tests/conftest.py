@@ -3,11 +3,13 @@ local model's converted tokenizer (once per session)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
+from code_image import BUILD, SHARED, engine_answers
 from hermes_core.endpoints.simulated import SimulatedModelServer
 
 
@@ -15,6 +17,28 @@ from hermes_core.endpoints.simulated import SimulatedModelServer
 # program it starts (`dagster dev`, hermes-batch): tests that stop them with Ctrl-C would wait forever.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With pytest-xdist (`make test` runs a worker per core): the workers, started after this, find the
+    controller's code image build (tests/code_image.py) through the environment."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        os.environ[SHARED] = str(BUILD.folder)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """The controller starts the one code image build once a worker has collected the docker launcher
+    test, so it runs beside the tests before it on whichever worker gets it."""
+    if node.config.option.collectonly or (BUILD.folder / "started").exists():
+        return
+    if any("test_docker_launcher.py" in test for test in ids):
+        if engine_answers():
+            BUILD.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    BUILD.stop()  # a build whose test did not run
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,8 @@ def ui_dev(isolated_homes, _shared_dev: SharedDev, monkeypatch: pytest.MonkeyPat
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The UI tests one after another, where the first of them was: one start of `dagster dev` for all."""
     users = [item for item in items if SHARED in getattr(item, "fixturenames", ())]
+    for item in users:  # with pytest-xdist (`--dist loadgroup`): all on one worker, in this order
+        item.add_marker(pytest.mark.xdist_group(SHARED))
     if len(users) < 2:
         return
     first = items.index(users[0])
@@ -56,11 +58,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start building the code image while the tests before the docker launcher test run."""
+    """Start building the code image while the tests before the docker launcher test run (an xdist
+    worker leaves it to the controller: tests/conftest.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
     wanted = any(item.path.name == "test_docker_launcher.py" for item in session.items)
     if wanted and not session.config.option.collectonly and engine_answers():
         BUILD.start()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    BUILD.stop()

@@ -30,6 +30,7 @@ def page_runs(request, tmp_path_factory) -> dict[Path, PageRun]:
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.xdist_group("doc_examples")  # one worker runs the pages (the fixture runs them all at its first test)
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT).with_suffix("")) for page in PAGES])
 def test_the_examples_of_a_page_run(page, page_runs) -> None:
     if not _runnable(page):

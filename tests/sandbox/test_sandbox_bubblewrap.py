@@ -402,15 +402,8 @@ def _swallow(call) -> None:
 
 
 
-def _memory_cgroups() -> int:
-    """Memory cgroups the kernel holds, dying ones included (they linger while charged)."""
-    for line in Path("/proc/cgroups").read_text().splitlines():
-        if line.startswith("memory\t"):
-            return int(line.split()[2])
-    return 0
-
-
-def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path) -> None:
+def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Removing a used memory cgroup leaves it dying in the kernel; hundreds of those slowed every
     sandbox command 4x. Runs hand their emptied cgroups on instead, with the new run's limits."""
     hierarchy = detect()
@@ -431,9 +424,11 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path)
 
     run(pids=64)
     assert len(spare_names(hierarchy)) >= 4
-    before = _memory_cgroups()
+    created = []  # counted in this process: other tests may make cgroups at the same time (pytest-xdist)
+    make = SessionCgroup.create
+    monkeypatch.setattr(SessionCgroup, "create", classmethod(lambda cls, *a, **k: created.append(a) or make(*a, **k)))
     assert run(pids=77) == {77} and run(pids=78) == {78}  # each run's own limits on adopted cgroups
-    assert _memory_cgroups() <= before  # adopted, not created: nothing new lingers
+    assert created == []  # adopted, not created: nothing new lingers
     assert session_leftovers(tmp_path / "state") == []
 
 
