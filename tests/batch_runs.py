@@ -16,16 +16,16 @@ def write_dataset(path: Path, rows: list) -> Path:
     return path
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, whole_lines: bool = False) -> list[dict]:
+    """A JSONL file's records; `whole_lines`: leave out a last line still being written (no newline yet)."""
     # "\n" only: records may hold U+2028 or U+0085 raw, which str.splitlines() would break on.
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in (lines[:-1] if whole_lines else lines) if line.strip()]
 
 
 def ledger_records(run_dir: Path) -> list[dict]:
-    """The ledger's whole records; a line still being appended (a run in progress) is not one yet."""
-    lines = [line for path in sorted((run_dir / "raw").glob("*.jsonl"))
-             for line in path.read_text(encoding="utf-8").split("\n")[:-1]]
-    return [json.loads(line) for line in lines if line.strip()]
+    """The ledger's records so far: a run in progress may be appending to a last line."""
+    return [r for path in sorted((run_dir / "raw").glob("*.jsonl")) for r in read_jsonl(path, whole_lines=True)]
 
 
 def record(key: str, partition: str = "b00001-x", disposition: str = "kept", calls: int = 2) -> dict:

@@ -26,15 +26,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[SHARED] = str(BUILD.folder)
 
 
+def _build_code_image_for(test_ids: list[str], config: pytest.Config) -> None:
+    """Start the docker launcher test's code image (tests/code_image.py) once that test is collected,
+    so it builds beside the tests before it."""
+    if config.option.collectonly or (BUILD.folder / "started").exists():
+        return
+    if any("test_docker_launcher.py" in test for test in test_ids) and engine_answers():
+        BUILD.start()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # an xdist worker leaves it to the controller (below)
+        _build_code_image_for([item.nodeid for item in session.items], session.config)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
-    """The controller starts the one code image build once a worker has collected the docker launcher
-    test, so it runs beside the tests before it on whichever worker gets it."""
-    if node.config.option.collectonly or (BUILD.folder / "started").exists():
-        return
-    if any("test_docker_launcher.py" in test for test in ids):
-        if engine_answers():
-            BUILD.start()
+    """The controller builds the one image for whichever worker gets the test."""
+    _build_code_image_for(ids, node.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

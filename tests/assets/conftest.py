@@ -1,7 +1,6 @@
 """One `dagster dev` for the UI tests (`ui_dev`): starting and stopping it costs half a minute, so the tests
 that drive it run one after another against the same webserver, daemon and instance, each with its own
-run names, and it stops after the last of them. And the docker launcher test's code image builds in the
-background from the start of the session (tests/code_image.py)."""
+run names, and it stops after the last of them."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import Iterator
 
 import pytest
 
-from code_image import BUILD, engine_answers
 from dagster_ui import SharedDev
 
 SHARED = "ui_dev"
@@ -55,13 +53,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if SHARED in getattr(item, "fixturenames", ()) and SHARED not in getattr(nextitem, "fixturenames", ()):
         if (dev := item.config.stash.get(DEV_KEY, None)) is not None:
             dev.stop()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start building the code image while the tests before the docker launcher test run (an xdist
-    worker leaves it to the controller: tests/conftest.py)."""
-    if hasattr(session.config, "workerinput"):
-        return
-    wanted = any(item.path.name == "test_docker_launcher.py" for item in session.items)
-    if wanted and not session.config.option.collectonly and engine_answers():
-        BUILD.start()

@@ -1,12 +1,11 @@
-"""The bubblewrap `local` backend beyond the contract: mount layout, images as overlays, cgroup limits
-(v1 and v2), network, reaper, kill -9, and close() racing a starting exec."""
+"""The bubblewrap `local` backend beyond the contract: mount layout, images as overlays, slots, network,
+reaper, kill -9, and close() racing a starting exec. Cgroup limits and spares: test_sandbox_cgroups.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import fcntl
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,8 +20,6 @@ import pytest
 
 from hermes_core.sandbox import SandboxError, SandboxSettings, get_backend
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
-from hermes_core.sandbox import cgroups
-from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, SparePool, detect, retire, spare_names
 from hermes_core.sandbox.processes import loopback_namespace
 from procs import free_port, host_uid_of, marker, processes_with, wait_until
 from host_knobs import knob_writes
@@ -111,31 +108,6 @@ def test_the_writable_space_has_a_quota_off_the_host_disk(bwrap_settings: Sandbo
         assert used < 100_000  # the 4 MiB were never on the host's disk
 
 
-def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
-    hierarchy = detect()
-    if hierarchy is None:
-        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
-    backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, memory_mb=300, pids=77, cpus=0.5))
-    box = backend.open("limits")
-    cgroup = box.cgroup
-    assert cgroup is not None and set(cgroup.limited) >= {"memory", "pids"}
-    files = {"memory.limit_in_bytes": 300 << 20, "pids.max": 77, "cpu.cfs_quota_us": 50000, "memory.max": 300 << 20}
-    for folder in cgroup.dirs:
-        for name, value in files.items():
-            if (folder / name).exists():
-                assert int((folder / name).read_text()) == value
-    job = box.spawn("sleep 100")
-    assert wait_until(lambda: box.jobs.jobs[job].proc.pid in cgroup.pids())  # the job's launcher joins it
-    assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bubblewrap, its pid 1 and the command
-    box.close()
-    left = cgroup.pids()  # emptied, kept for the next session: only the slot's zygote may stay there
-    zygote = box._slot.zygote
-    assert cgroup.exists() and (left == set() if zygote is None else zygote.proc.pid in left and len(left) == 3)
-    assert not processes_with("sleep 100")
-    backend.close()
-    assert not cgroup.exists() and session_leftovers(tmp_path) == []
-
-
 def test_a_reused_slot_carries_nothing_from_the_previous_session(local: BubblewrapBackend) -> None:
     """Sessions reuse an emptied cgroup and loopback network namespace: files, processes and
     listening sockets of the previous session must all be gone."""
@@ -159,68 +131,6 @@ def test_a_reused_slot_carries_nothing_from_the_previous_session(local: Bubblewr
     second.close()
     local.close()
     assert not cgroup.exists() and session_leftovers(local.state_root) == []
-
-
-def test_cgroup_v2_on_a_real_cgroup2_mount(tmp_path: Path) -> None:
-    mount = tmp_path / "cgroup2"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a cgroup2 hierarchy here")
-    try:
-        backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state"), hierarchy=Hierarchy(2, {"": mount}))
-        box = backend.open("v2")
-        assert box.cgroup is not None and box.cgroup.dirs == [mount / "hermes-foundry" / box.cgroup.name]
-        box.spawn(f"sleep {marker()}")
-        assert box.exec("echo in v2").output == "in v2\n"
-        assert wait_until(lambda: len(box.cgroup.pids()) >= 3)
-        lonely = SessionCgroup.create(Hierarchy(2, {"": mount}), "kill-test", 64, 16, 1.0)
-        sleeper = subprocess.Popen([*lonely.enter_argv(), "sleep", "100"])
-        assert wait_until(lambda: sleeper.pid in lonely.pids())
-        assert lonely.kill_all() and sleeper.wait(5) == -signal.SIGKILL and lonely.remove()
-        box.close()
-        backend.close()
-        assert not box.cgroup.exists() and session_leftovers(tmp_path / "state", Hierarchy(2, {"": mount})) == []
-    finally:
-        try:
-            (mount / "hermes-foundry").rmdir()
-        except OSError:
-            pass  # another run's sessions may still be there
-        subprocess.run(["umount", str(mount)], check=True)
-
-
-def test_cgroup_limit_files_on_a_fake_sysfs(tmp_path: Path) -> None:
-    # The controllers are bound to v1 on this machine, so v2's limit files are checked on a fake tree.
-    v2 = tmp_path / "v2"
-    v2.mkdir()
-    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (v2 / "cgroup.subtree_control").write_text("")
-    cgroup = SessionCgroup.create(Hierarchy(2, {"": v2}), "s1", 256, 64, 1.5)
-    assert cgroup.limited == ("cpu", "memory", "pids")
-    assert (v2 / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
-    assert (v2 / "hermes-foundry" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
-    folder = v2 / "hermes-foundry" / "s1"
-    assert {name: (folder / name).read_text() for name in ("memory.max", "pids.max", "cpu.max")} == {
-        "memory.max": str(256 << 20), "pids.max": "64", "cpu.max": "150000 100000"}
-    assert cgroup.enter_argv()[2] == f'echo $$ > {folder}/cgroup.procs && exec "$@"'
-    v1 = {name: tmp_path / "v1" / name for name in ("memory", "pids", "cpu,cpuacct")}
-    (v1["memory"] / "hermes-foundry" / "s2").mkdir(parents=True)
-    (v1["memory"] / "hermes-foundry" / "s2" / "memory.memsw.limit_in_bytes").write_text("")
-    hierarchy = Hierarchy(1, {"memory": v1["memory"], "pids": v1["pids"], "cpu": v1["cpu,cpuacct"]})
-    SessionCgroup.create(hierarchy, "s2", 100, 10, 2)
-    written = {path.relative_to(tmp_path / "v1").as_posix(): path.read_text() for path in (tmp_path / "v1").rglob("*.*")
-               if path.is_file()}
-    assert written == {"memory/hermes-foundry/s2/memory.limit_in_bytes": str(100 << 20),
-                       "memory/hermes-foundry/s2/memory.memsw.limit_in_bytes": str(100 << 20),
-                       "pids/hermes-foundry/s2/pids.max": "10", "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_period_us": "100000",
-                       "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_quota_us": "200000"}
-    mounts = tmp_path / "mounts"
-    mounts.write_text(f"cgroup2 {v2} cgroup2 rw 0 0\n")
-    assert detect(mounts) == Hierarchy(2, {"": v2})
-    mounts.write_text("cgroup /a cgroup rw,memory 0 0\ncgroup /b cgroup rw,pids 0 0\ncgroup /c cgroup rw,cpu,cpuacct 0 0\n"
-                      "cgroup2 /u cgroup2 rw 0 0\n")
-    assert detect(mounts) == Hierarchy(1, {"memory": Path("/a"), "pids": Path("/b"), "cpu": Path("/c")})
-    mounts.write_text("proc /proc proc rw 0 0\n")
-    assert detect(mounts) is None
 
 
 def test_image_root_is_a_private_overlay(local: BubblewrapBackend, bwrap_settings: SandboxSettings) -> None:
@@ -399,63 +309,3 @@ def _swallow(call) -> None:
         call()
     except Exception:
         pass
-
-
-
-def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Removing a used memory cgroup leaves it dying in the kernel; hundreds of those slowed every
-    sandbox command 4x. Runs hand their emptied cgroups on instead, with the new run's limits."""
-    hierarchy = detect()
-    if hierarchy is None:
-        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
-
-    def run(pids: int) -> set[int]:
-        """Four sessions at once; returns the pids limits their cgroups had."""
-        with BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state", pids=pids)) as backend:
-            boxes = [backend.open(f"s{i}") for i in range(4)]
-            for box in boxes:
-                assert box.exec("echo hi > f; cat f").output == "hi\n"
-            limits = {int((folder / "pids.max").read_text()) for box in boxes for folder in box.cgroup.dirs
-                      if (folder / "pids.max").exists()}
-            for box in boxes:
-                box.close()
-        return limits
-
-    run(pids=64)
-    assert len(spare_names(hierarchy)) >= 4
-    created = []  # counted in this process: other tests may make cgroups at the same time (pytest-xdist)
-    make = SessionCgroup.create
-    monkeypatch.setattr(SessionCgroup, "create", classmethod(lambda cls, *a, **k: created.append(a) or make(*a, **k)))
-    assert run(pids=77) == {77} and run(pids=78) == {78}  # each run's own limits on adopted cgroups
-    assert created == []  # adopted, not created: nothing new lingers
-    assert session_leftovers(tmp_path / "state") == []
-
-
-def test_slots_take_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Listing the spares scans every session cgroup (~5 ms at 1,000 spares): a backend lists them once.
-    A spare another process renamed after that listing is skipped, not an error."""
-    hierarchy = detect()
-    if hierarchy is None:
-        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
-    mine = sorted(SessionCgroup.create(hierarchy, f"spare-test{uuid.uuid4().hex[:12]}", 64, 32, 0).name
-                  for _ in range(3))
-    listings: list[int] = []
-
-    def listing(_: Hierarchy) -> list[str]:  # other runs' real spares stay out of this test
-        listings.append(1)
-        return list(mine)
-
-    monkeypatch.setattr(cgroups, "spare_names", listing)
-    pool = SparePool(hierarchy)
-    first = pool.adopt(f"test-{uuid.uuid4().hex[:8]}", 64, 32, 0)
-    taken = SessionCgroup(hierarchy, mine[1]).rename(f"test-{uuid.uuid4().hex[:8]}")  # by "another process"
-    second = pool.adopt(f"test-{uuid.uuid4().hex[:8]}", 64, 32, 0)
-    assert first is not None and second is not None and first.exists() and second.exists()
-    assert pool.adopt("test-none", 64, 32, 0) is None and listings == [1]  # used up, listed once
-    assert not any(SessionCgroup(hierarchy, name).exists() for name in mine)  # each taken exactly once
-    before = cgroups.session_names(hierarchy)
-    retire([first, second, taken])  # one listing to count the spares, then all three kept as spares
-    new = cgroups.session_names(hierarchy) - before
-    assert len(listings) == 2 and len(new) == 3 and all(name.startswith("spare-") for name in new)
-    assert not any(cgroup.exists() for cgroup in (first, second, taken))
