@@ -66,18 +66,36 @@ class RunPaths:
 
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
-    """Validate and key the dataset; save the sample table for the downstream steps."""
+    """Validate and key the dataset; save the sample table for the downstream steps. A table already
+    saved from the same file and recipe, and unchanged since (dataset.json notes its size and mtime),
+    is not written again: 100k rows are ~0.25 s of every command's planning."""
     check_one_ledger(paths.root)
     dataset = load_dataset(
         recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
     )
-    atomic_write_jsonl(paths.prompts, (vars(sample) for sample in dataset.samples))  # asdict deep-copies: 10x slower
-    _tables.put(paths.prompts, dataset.samples)
-    atomic_write_json(paths.dataset, {
+    info = {
         "path": str(dataset.path), "sha256": dataset.sha256, "rows": len(dataset.samples),
         "invalid_lines": [dataclasses.asdict(bad) for bad in dataset.invalid], "duplicates": dataset.duplicates,
-    })
+        "keyed_with": {"fingerprint": recipe.fingerprint(), "skip_invalid": recipe.skip_invalid,
+                       "max_samples": recipe.max_samples},
+    }
+    if not _saved_table(paths, info):
+        atomic_write_jsonl(paths.prompts, (vars(sample) for sample in dataset.samples))  # asdict deep-copies: 10x slower
+        stat = paths.prompts.stat()
+        atomic_write_json(paths.dataset, {**info, "prompts_file": {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}})
+    _tables.put(paths.prompts, dataset.samples)
     return dataset
+
+
+def _saved_table(paths: RunPaths, info: dict[str, Any]) -> bool:
+    """Whether dataset.json says prompts.jsonl holds the table `info` describes and the file is as it left it."""
+    try:
+        saved = json.loads(paths.dataset.read_bytes())
+        stat = paths.prompts.stat()
+    except (OSError, ValueError):
+        return False
+    noted = saved.pop("prompts_file", None) if isinstance(saved, dict) else None
+    return saved == info and noted == {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def read_samples(paths: RunPaths) -> list[Sample]:

@@ -120,3 +120,30 @@ def test_statistics_cover_the_whole_run_across_invocations(isolated_homes, sim_s
     assert sum(v for k, v in counts.items() if k != "invalid_input_lines") == 13
     assert counts["kept"] == 12 and counts["pending"] == 0
     assert stats["api_calls"] == 2 * 13  # one tool round + the answer, for every sample of both invocations
+
+
+def test_a_replan_keeps_the_saved_prompt_table_unless_its_source_changed(isolated_homes):
+    """Every command plans again; a prompt table already saved from the same file and recipe is not
+    rewritten (100k rows: ~0.25 s). Any change to what it was built from, or to the file itself, is."""
+    given = prompts(5, "table")
+    dataset = write_dataset(isolated_homes / "d.jsonl", given[:4])
+    run_dir = isolated_homes / "data" / "rs"
+    table, info = run_dir / "prompts.jsonl", run_dir / "dataset.json"
+
+    def plan(*extra: str) -> tuple[list[dict], dict, tuple[int, int]]:
+        assert run(dataset, "http://127.0.0.1:9/v1", "--plan_only", *extra) == 0
+        return read_jsonl(table), json.loads(info.read_text()), (table.stat().st_mtime_ns, info.stat().st_mtime_ns)
+
+    rows, saved, written = plan()
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in given[:4]] and saved["rows"] == 4
+    assert plan() == (rows, saved, written)  # the same table, not written again
+
+    assert len(plan("--max_samples=2")[0]) == 2  # another recipe: another table
+    assert plan()[0] == rows
+
+    table.write_text(table.read_text().replace("#0", "#9"))  # the table itself changed
+    assert plan()[0] == rows
+
+    write_dataset(dataset, given)  # the dataset changed
+    rows, saved, _ = plan()
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in given] and saved["rows"] == 5
