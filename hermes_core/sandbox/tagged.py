@@ -20,14 +20,19 @@ TAG_VAR = "HERMES_EXEC"
 
 # Kill every process carrying the marker ($1); repeat until a scan finds none (children forked
 # meanwhile). POSIX sh and grep, for images without bash; exits 1 if processes remain after every round.
+# All are stopped before any is killed: killed one by one, in /proc's order (by name: pid 100000
+# before 99999), a shell whose child died first ran its next command (`sleep 9; echo done > f`
+# wrote the file and returned 0 after an interrupt).
 KILL_SCRIPT = r"""
 marker=$1; round=0
 while [ $round -lt 50 ]; do
-  found=
+  pids=
   for f in $(grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null && found=1
+    p=${f#/proc/}; pids="$pids ${p%/environ}"
   done
-  [ -n "$found" ] || exit 0
+  [ -n "$pids" ] || exit 0
+  kill -STOP $pids 2>/dev/null
+  kill -KILL $pids 2>/dev/null
   round=$((round + 1))
 done
 exit 1
