@@ -20,9 +20,9 @@ TAG_VAR = "HERMES_EXEC"
 
 # Kill every process carrying the marker ($1); repeat until a scan finds none (children forked
 # meanwhile). POSIX sh and grep, for images without bash; exits 1 if processes remain after every round.
-# All are stopped before any is killed: killed one by one, in /proc's order (by name: pid 100000
-# before 99999), a shell whose child died first ran its next command (`sleep 9; echo done > f`
-# wrote the file and returned 0 after an interrupt).
+# All are stopped before any is killed: killed one by one, in /proc's order (by name: pid 10000
+# before 9999; and once pids wrap, a child's can be below its shell's), a shell whose child died
+# first ran its next command (`sleep 9; echo done > f` wrote the file and returned 0 after an interrupt).
 KILL_SCRIPT = r"""
 marker=$1; round=0
 while [ $round -lt 50 ]; do
