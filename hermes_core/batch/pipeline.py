@@ -70,13 +70,14 @@ def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
     saved from the same file and recipe, and unchanged since (dataset.json notes its size and mtime),
     is not written again: 100k rows are ~0.25 s of every command's planning."""
     check_one_ledger(paths.root)
+    fingerprint = recipe.fingerprint()
     dataset = load_dataset(
-        recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
+        recipe.dataset_file, fingerprint, skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
     )
     info = {
         "path": str(dataset.path), "sha256": dataset.sha256, "rows": len(dataset.samples),
         "invalid_lines": [dataclasses.asdict(bad) for bad in dataset.invalid], "duplicates": dataset.duplicates,
-        "keyed_with": {"fingerprint": recipe.fingerprint(), "skip_invalid": recipe.skip_invalid,
+        "keyed_with": {"fingerprint": fingerprint, "skip_invalid": recipe.skip_invalid,
                        "max_samples": recipe.max_samples},
     }
     if not _saved_table(paths, info):
