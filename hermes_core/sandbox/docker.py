@@ -195,6 +195,12 @@ class DockerBackend(SandboxBackend):
             self._client = connect()
         return self._client
 
+    def close(self) -> None:
+        """Close the client's pooled engine connections (up to MAX_POOL_SIZE sockets held otherwise
+        until the backend is garbage); sessions still open connect again at their next call."""
+        if self._client is not None:
+            self._client.close()
+
     def _create_args(self, image: str, session_id: str, name: str) -> dict:
         s = self.settings
         limits: dict[str, object] = {}

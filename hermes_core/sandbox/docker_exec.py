@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import struct
 import time
 import uuid
@@ -19,7 +18,7 @@ from docker import APIClient
 
 from hermes_core.sandbox.output import CappedBuffer, log_text
 from hermes_core.sandbox.processes import DRAIN_GRACE_S
-from hermes_core.sandbox.tagged import kill_argv, tag_marker, tagged_env
+from hermes_core.sandbox.tagged import kill_argv, kill_tree, parent_pid, tag_marker, tagged_env
 
 INSPECT_EVERY_S = 0.1  # how often to ask the engine whether the command has exited
 KILL_TIMEOUT_S = 10.0
@@ -173,18 +172,19 @@ def _kill_tagged_from_host(api: APIClient, container_id: str, tag: str) -> None:
             pids = [int(row[0]) for row in top.get("Processes") or []]
         except Exception:  # noqa: BLE001 - engine elsewhere or container gone: nothing more to do here
             return
-        found = False
+        parents: dict[int, int] = {}
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/environ", "rb") as handle:
                     if marker not in handle.read().split(b"\0"):
                         continue
-                os.kill(pid, signal.SIGKILL)
-                found = True
             except OSError:  # not on this machine, not ours to read, or already gone
                 continue
-        if not found:
+            if (parent := parent_pid(pid)) is not None:
+                parents[pid] = parent
+        if not parents:
             return
+        kill_tree(parents)
 
 
 def parse_poll(raw: bytes, cap: int) -> tuple[bytes, str, bool] | None:

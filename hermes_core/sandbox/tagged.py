@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import posixpath
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +22,12 @@ TAG_VAR = "HERMES_EXEC"
 
 # Kill every process carrying the marker ($1); repeat until a scan finds none (children forked
 # meanwhile). POSIX sh and grep, for images without bash; exits 1 if processes remain after every round.
-# All are stopped before any is killed: killed one by one, in /proc's order (by name: pid 10000
-# before 9999; and once pids wrap, a child's can be below its shell's), a shell whose child died
-# first ran its next command (`sleep 9; echo done > f` wrote the file and returned 0 after an interrupt).
+# Killed one by one in /proc's order (by name: pid 10000 before 9999; and once pids wrap, a child's can
+# be below its shell's), a shell whose child died first ran its next command (`sleep 9; echo done > f`
+# wrote the file and returned 0 after an interrupt). So each round stops every process whose parent is
+# tagged too, kills the others (the command's roots and orphans), then the stopped ones. The roots are
+# never stopped: their parent is outside the command (an exec agent such as `nsenter`) and may be one
+# that stops itself when its child stops, and stays stopped once the child is dead.
 KILL_SCRIPT = r"""
 marker=$1; round=0
 while [ $round -lt 50 ]; do
@@ -31,12 +36,42 @@ while [ $round -lt 50 ]; do
     p=${f#/proc/}; pids="$pids ${p%/environ}"
   done
   [ -n "$pids" ] || exit 0
-  kill -STOP $pids 2>/dev/null
-  kill -KILL $pids 2>/dev/null
+  roots= inner=
+  for p in $pids; do
+    stat=; read -r stat 2>/dev/null < /proc/$p/stat
+    set -- ${stat##*") "} -
+    case " $pids " in
+      *" $2 "*) inner="$inner $p" ;;
+      *) roots="$roots $p" ;;
+    esac
+  done
+  [ -z "$inner" ] || kill -STOP $inner 2>/dev/null
+  [ -z "$roots" ] || kill -KILL $roots 2>/dev/null
+  [ -z "$inner" ] || kill -KILL $inner 2>/dev/null
   round=$((round + 1))
 done
 exit 1
 """
+
+
+def kill_tree(parents: dict[int, int]) -> None:
+    """SIGKILL the processes of `parents` (pid -> parent pid) in KILL_SCRIPT's order, from the host:
+    the ones whose parent is among them are stopped first, the others killed, then the stopped ones."""
+    inner = [pid for pid, parent in parents.items() if parent in parents]
+    for signal_number, pids in ((signal.SIGSTOP, inner), (signal.SIGKILL, [p for p in parents if p not in inner]),
+                                (signal.SIGKILL, inner)):
+        for pid in pids:
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours
+                os.kill(pid, signal_number)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid` from /proc (its name may hold spaces and parentheses), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rpartition(b")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def tag_marker(tag: str) -> str:

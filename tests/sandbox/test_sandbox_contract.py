@@ -14,7 +14,7 @@ import pytest
 
 from contract_backends import BACKENDS
 from hermes_core.sandbox import SandboxBackend, SandboxError
-from procs import marker, processes_with, wait_until
+from procs import marker, open_fds, processes_with, wait_until
 
 
 def _contract(name: str):
@@ -182,6 +182,31 @@ def test_interrupt_kills_running_commands_and_keeps_the_session(make, contract, 
     assert sandbox.poll(job).running and processes_with(f"sleep {background}")  # background processes stay
     assert sandbox.read_file("kept.txt") == b"kept" and sandbox.exec("echo still here").output.strip() == "still here"
     assert sandbox.interrupt()  # with nothing running: nothing to do
+
+
+def test_interrupt_leaves_no_shell_of_a_wide_tree_to_run_its_next_step(make):
+    """A hostile command: many shells, each waiting on a child, each writing a file the moment its child
+    dies. An interrupt must stop them all before any child dies (one by one, a shell whose child went
+    first ran on): no file is written, no process is left, and the host keeps no fd or thread of it once
+    the session is closed.
+    On Modal the exec agent (`nsenter` in the fake) stops itself when its child stops: the call must
+    still return."""
+    sandbox = make()
+    tag = marker()
+    sandbox.exec("true")  # the session's own fds and threads exist before the count
+    before = (open_fds(), threading.active_count())
+    tree = " ".join(f"(sleep {tag}; echo {n} > after-{n}) &" for n in range(12)) + f" sleep {tag}; echo x > after-main"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(sandbox.exec, tree)
+        sleeping = lambda: [p for p in processes_with(f"sleep {tag}") if p.startswith("sleep")]  # noqa: E731
+        assert wait_until(lambda: len(sleeping()) == 13, 15), f"the tree never started: {sleeping()}"
+        assert sandbox.interrupt()
+        assert call.result(timeout=20).exit_code != 0
+    assert wait_until(lambda: not processes_with(tag), 5)
+    assert sandbox.exec("ls after-* 2>/dev/null | wc -l").output.strip() == "0"
+    make.close_all()  # whatever the interrupt left on the host must go with the session and its backend
+    assert wait_until(lambda: open_fds() <= before[0] and threading.active_count() <= before[1], 5), (
+        open_fds(), threading.active_count(), before)
 
 
 def test_interrupt_kills_a_command_that_ignores_sigterm(make):
