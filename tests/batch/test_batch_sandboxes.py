@@ -200,7 +200,9 @@ def test_sessions_left_without_work_free_their_slots_while_the_last_sample_runs(
 
     dataset = write_dataset(isolated_homes / "d.jsonl", [
         {"prompt": "Slow one [sim:latency=2] [sim:command=echo slow]"},
-        *({"prompt": f"Quick {n} [sim:command=echo quick-{n}]"} for n in range(2))])
+        # The quick ones hold their slots 1.5 s: on a loaded machine the third session's slot can come
+        # later than an instant sample's end.
+        *({"prompt": f"Quick {n} [sim:command=sleep 1.5; echo quick-{n}]"} for n in range(2))])
     seen: list[int] = []
     running = threading.Event()
     running.set()
