@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -165,6 +166,21 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while a big table is parsed. Parsing makes no cycles, but
+    its 100k+ new dicts trigger collections that walk every object the process holds (Dagster's are
+    many): a 100k-row table parsed in half the time."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class FileTableCache:
     """What was parsed from a file, kept while the file is unchanged (same inode, size, mtime):
     the CLI runs every step of a run in one process, and each would otherwise parse the same
@@ -186,7 +202,8 @@ class FileTableCache:
         if entry is not None and entry[0] == version:
             self._entries.move_to_end((path, variant))
             return entry[1]
-        value = load()
+        with paused_gc():
+            value = load()
         self.put(path, value, variant, version)
         return value
 
