@@ -17,7 +17,7 @@ from hermes_core.batch import pipeline
 from hermes_core.config import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SAMPLE_TIMEOUT_S, Endpoint, data_root, ledger_location
 from hermes_core.endpoints.constrained import NATIVE, TOOL_CALL_MODES
 from hermes_core.endpoints.request_options import add_request_arguments, request_settings
-from hermes_core.batch.dataset import DatasetError, dataset_path, load_dataset
+from hermes_core.batch.dataset import DatasetError, dataset_path
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.settled import Printed, settled_lines
@@ -183,13 +183,12 @@ def run_batch(args: argparse.Namespace) -> int:
         os.environ["HERMES_LEDGER_URL"] = args.ledger_url
     endpoint = Endpoint.resolve(args.base_url, args.api_key, args.model)
     recipe = _recipe(args, endpoint)
+    folder = run_dir(root, recipe.run_name)
     # Validate before any Dagster run so bad input gets one clear error and nothing is spent.
-    dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
-                           max_samples=recipe.max_samples)
+    dataset = pipeline.run_dataset(recipe, RunPaths(folder))
     if dataset.invalid:
         lines = ", ".join(str(bad.line) for bad in dataset.invalid[:20])
         print(f"warning: skipped {len(dataset.invalid)} invalid line(s) of {dataset.path}: {lines}", file=sys.stderr)
-    folder = run_dir(root, recipe.run_name)
     claim_run(folder)  # one writer per run: another process on it is refused here
     check_one_ledger(folder)
     saved = folder / "recipe.json"

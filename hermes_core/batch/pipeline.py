@@ -7,7 +7,6 @@ invocations.jsonl (wall time of each raw phase), trajectories.jsonl, statistics.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -16,9 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hermes_core.config import Endpoint, ledger_location
-from hermes_core.batch.dataset import Dataset, Sample, load_dataset
+from hermes_core.batch.dataset import Dataset, Sample
+from hermes_core.batch.prompt_table import keying, read_samples, run_dataset, save_table, tables
 from hermes_core.tools.distributions import sample_toolsets
-from hermes_core.fileio import FileTableCache, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hermes_core.fileio import atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.formats.filters import Disposition
 from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
@@ -31,9 +31,6 @@ from hermes_core.endpoints.errors import is_config_error
 from hermes_core.batch.stats import compute_statistics, format_summary
 from hermes_core.batch.stopping import StopRequest, interrupt
 from hermes_core.batch.writer_lock import holding
-
-
-_tables = FileTableCache()  # prompts.jsonl and assignments.jsonl of recent runs, while unchanged
 
 
 class PreflightError(RuntimeError):
@@ -66,46 +63,18 @@ class RunPaths:
 
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:
-    """Validate and key the dataset; save the sample table for the downstream steps. A table already
-    saved from the same file and recipe, and unchanged since (dataset.json notes its size and mtime),
-    is not written again: 100k rows are ~0.25 s of every command's planning."""
+    """Validate and key the dataset; save the sample table for the downstream steps (`prompt_table`:
+    a table saved from the same unchanged file and keying is kept as it is)."""
     check_one_ledger(paths.root)
-    fingerprint = recipe.fingerprint()
-    dataset = load_dataset(
-        recipe.dataset_file, fingerprint, skip_invalid=recipe.skip_invalid, max_samples=recipe.max_samples
-    )
-    info = {
-        "path": str(dataset.path), "sha256": dataset.sha256, "rows": len(dataset.samples),
-        "invalid_lines": [dataclasses.asdict(bad) for bad in dataset.invalid], "duplicates": dataset.duplicates,
-        "keyed_with": {"fingerprint": fingerprint, "skip_invalid": recipe.skip_invalid,
-                       "max_samples": recipe.max_samples},
-    }
-    if not _saved_table(paths, info):
-        atomic_write_jsonl(paths.prompts, (vars(sample) for sample in dataset.samples))  # asdict deep-copies: 10x slower
-        stat = paths.prompts.stat()
-        atomic_write_json(paths.dataset, {**info, "prompts_file": {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}})
-    _tables.put(paths.prompts, dataset.samples)
+    keyed_with = keying(recipe)
+    dataset = run_dataset(recipe, paths, keyed_with)
+    save_table(paths, dataset, keyed_with)
     return dataset
-
-
-def _saved_table(paths: RunPaths, info: dict[str, Any]) -> bool:
-    """Whether dataset.json says prompts.jsonl holds the table `info` describes and the file is as it left it."""
-    try:
-        saved = json.loads(paths.dataset.read_bytes())
-        stat = paths.prompts.stat()
-    except (OSError, ValueError):
-        return False
-    noted = saved.pop("prompts_file", None) if isinstance(saved, dict) else None
-    return saved == info and noted == {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def read_samples(paths: RunPaths) -> list[Sample]:
-    return _tables.get(paths.prompts, lambda: [Sample(**row) for row in read_jsonl(paths.prompts)])
 
 
 def read_assignments(paths: RunPaths) -> list[dict[str, Any]]:
     """Each sample's drawn toolsets: sample_key, prompt_index, toolsets, toolset_seed."""
-    return _tables.get(paths.assignments, lambda: list(read_jsonl(paths.assignments)))
+    return tables.get(paths.assignments, lambda: list(read_jsonl(paths.assignments)))
 
 
 def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any]], list[Batch]]:
@@ -128,7 +97,7 @@ def assign_toolsets(recipe: Recipe, paths: RunPaths) -> tuple[list[dict[str, Any
         atomic_write_jsonl(paths.assignments, table)
     else:  # its mtime after dataset.json's is what tells a finished planning (sensors.planned_sha256)
         os.utime(paths.assignments)
-    _tables.put(paths.assignments, table)
+    tables.put(paths.assignments, table)
     assignments = table
     ledger = open_ledger(paths.raw)
     pending = [a["sample_key"] for a in assignments if not ledger.is_done(a["sample_key"])]
@@ -191,8 +160,7 @@ def forecast(recipe: Recipe, paths: RunPaths) -> Forecast:
     """`plan` after a planning of the current dataset, without doing it: the batch keys are those
     `assign_toolsets` will create (same samples, same order, same numbering), so a scheduler can
     register the partitions and request them together with the planning."""
-    dataset = load_dataset(recipe.dataset_file, recipe.fingerprint(), skip_invalid=recipe.skip_invalid,
-                           max_samples=recipe.max_samples)
+    dataset = run_dataset(recipe, paths)
     ledger = open_ledger(paths.raw)
     pending = [sample.sample_key for sample in dataset.samples if not ledger.is_done(sample.sample_key)]
     batches = BatchPlan(paths.batches)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -122,9 +123,14 @@ def test_statistics_cover_the_whole_run_across_invocations(isolated_homes, sim_s
     assert stats["api_calls"] == 2 * 13  # one tool round + the answer, for every sample of both invocations
 
 
-def test_a_replan_keeps_the_saved_prompt_table_unless_its_source_changed(isolated_homes):
+def test_a_replan_keeps_the_saved_prompt_table_unless_its_source_changed(isolated_homes, monkeypatch):
     """Every command plans again; a prompt table already saved from the same file and recipe is not
     rewritten (100k rows: ~0.25 s). Any change to what it was built from, or to the file itself, is."""
+    from hermes_core.batch import prompt_table
+
+    # A dataset file is vouched for once its change time is RACY_S old, which rewrites dataset.json
+    # once: here at once, so that no replan below depends on how long the previous one took.
+    monkeypatch.setattr(prompt_table, "RACY_S", 0.0)
     given = prompts(5, "table")
     dataset = write_dataset(isolated_homes / "d.jsonl", given[:4])
     run_dir = isolated_homes / "data" / "rs"
@@ -147,3 +153,47 @@ def test_a_replan_keeps_the_saved_prompt_table_unless_its_source_changed(isolate
     write_dataset(dataset, given)  # the dataset changed
     rows, saved, _ = plan()
     assert [r["prompt"] for r in rows] == [r["prompt"] for r in given] and saved["rows"] == 5
+
+
+def test_a_new_command_plans_from_the_saved_table_while_the_dataset_file_is_unchanged(isolated_homes, monkeypatch):
+    """A command (its process's caches empty) reads prompts.jsonl back instead of validating and keying
+    the dataset again when dataset.json vouches that the table was made from this very file (device,
+    inode, size, mtime, change time) with this keying. An edit that keeps the size and mtime still
+    changes the change time, so the file is loaded again; so is one changed too recently to tell."""
+    from hermes_core.batch import dataset as dataset_module, prompt_table
+    from hermes_core.fileio import FileTableCache
+
+    given = prompts(4, "vouched")
+    dataset = write_dataset(isolated_homes / "d.jsonl", given)
+    run_dir = isolated_homes / "data" / "rs"
+    loads: list[Path] = []
+    real_load = dataset_module._load
+    monkeypatch.setattr(dataset_module, "_load", lambda path, *a: loads.append(path) or real_load(path, *a))
+
+    def new_command(*extra: str) -> tuple[int, list[str], dict]:
+        """A plan as a new process makes it: nothing cached."""
+        for cache in (dataset_module._loaded, prompt_table.tables):
+            monkeypatch.setattr(cache, "_entries", FileTableCache()._entries)
+        before = len(loads)
+        assert run(dataset, "http://127.0.0.1:9/v1", "--plan_only", *extra) == 0
+        rows = [row["prompt"] for row in read_jsonl(run_dir / "prompts.jsonl")]
+        return len(loads) - before, rows, json.loads((run_dir / "dataset.json").read_text())
+
+    monkeypatch.setattr(prompt_table, "RACY_S", 0.0)  # the file just written counts as settled
+    loaded, rows, saved = new_command()
+    assert loaded == 1 and rows == [row["prompt"] for row in given] and saved["source_file"]["size"] > 0
+    assert new_command()[:2] == (0, rows)  # read back, not loaded
+    assert new_command("--max_samples=2")[:2] == (1, rows[:2])  # another keying: loaded
+
+    stat = dataset.stat()
+    dataset.write_text(dataset.read_text().replace("vouched #0", "vouched #9"))  # same size...
+    os.utime(dataset, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ...and mtime: only the change time differs
+    assert dataset.stat().st_size == stat.st_size and dataset.stat().st_mtime_ns == stat.st_mtime_ns
+    loaded, rows, _ = new_command()
+    assert loaded == 1 and rows[0] == given[0]["prompt"].replace("vouched #0", "vouched #9")
+
+    monkeypatch.setattr(prompt_table, "RACY_S", 3600.0)  # every change now "too recent" to vouch for
+    write_dataset(dataset, given)
+    loaded, _, saved = new_command()
+    assert loaded == 1 and saved["source_file"] is None
+    assert new_command()[0] == 1
