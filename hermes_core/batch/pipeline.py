@@ -11,12 +11,12 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hermes_core.config import Endpoint, ledger_location
+from hermes_core.config import Endpoint
 from hermes_core.batch.dataset import Dataset, Sample
 from hermes_core.batch.prompt_table import keying, read_samples, run_dataset, save_table, tables
+from hermes_core.batch.run_paths import RunPaths
 from hermes_core.tools.distributions import sample_toolsets
 from hermes_core.fileio import atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.formats.filters import Disposition
@@ -35,31 +35,6 @@ from hermes_core.batch.writer_lock import holding
 
 class PreflightError(RuntimeError):
     """Images of pending samples that the sandbox backend cannot run; nothing was spent."""
-
-
-class RunPaths:
-    """Where each file of one run lives."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.recipe = root / "recipe.json"
-        self.dataset = root / "dataset.json"
-        self.prompts = root / "prompts.jsonl"
-        self.assignments = root / "assignments.jsonl"
-        self.batches = root / "batches.json"
-        self.raw = ledger_location(root)  # a folder, or a URL on object storage
-        self.invocations = root / "invocations.jsonl"
-        self.trajectories = root / "trajectories.jsonl"
-        self.statistics = root / "statistics.json"
-        self.checkpoint = root / "checkpoint.json"
-        # Written only when the run compresses (the compressed_trajectories asset)
-        self.compressed = root / "trajectories.compressed.jsonl"
-        self.compression_metrics = root / "compression_metrics.json"
-
-    def step_files(self) -> list[Path]:
-        """The run folder's files that steps write (the recipe and the ledger apart)."""
-        return [self.dataset, self.prompts, self.assignments, self.batches, self.invocations, self.trajectories,
-                self.statistics, self.checkpoint, self.compressed, self.compression_metrics]
 
 
 def load_prompts(recipe: Recipe, paths: RunPaths) -> Dataset:

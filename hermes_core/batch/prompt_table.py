@@ -14,14 +14,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes_core.batch.dataset import Dataset, DatasetError, InvalidLine, Sample, dataset_path, load_dataset
+from hermes_core.batch.recipe import Recipe
+from hermes_core.batch.run_paths import RunPaths
 from hermes_core.fileio import FileTableCache, atomic_write_json, atomic_write_jsonl, read_jsonl
-
-if TYPE_CHECKING:
-    from hermes_core.batch.pipeline import RunPaths
-    from hermes_core.batch.recipe import Recipe
 
 # A dataset file changed this recently is not vouched for by its identity: timestamps move in clock
 # ticks, so a second edit within the tick of the first could leave every field as it was.
