@@ -175,13 +175,20 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], timeout: float,
     return result, pgid
 
 
-def process_start_time(pid: int) -> str | None:
-    """Kernel start time of `pid`, to tell the owner apart from a later process reusing its pid."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the name (state, ppid, ...; a name may hold spaces and
+    parentheses, so it is cut at the last ")"), None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+            return handle.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_start_time(pid: int) -> str | None:
+    """Kernel start time of `pid`, to tell the owner apart from a later process reusing its pid."""
+    fields = stat_fields(pid)
+    return fields[19].decode() if fields and len(fields) > 19 else None
 
 
 def owner_alive(owner: dict) -> bool:

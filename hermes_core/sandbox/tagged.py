@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hermes_core.sandbox.base import ProcessStatus, Sandbox, SandboxError, find_job
+from hermes_core.sandbox.processes import stat_fields
 
 TAG_VAR = "HERMES_EXEC"
 
@@ -67,11 +68,8 @@ def kill_tree(parents: dict[int, int]) -> None:
 
 def parent_pid(pid: int) -> int | None:
     """The parent of `pid` from /proc (its name may hold spaces and parentheses), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return int(handle.read().rpartition(b")")[2].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def tag_marker(tag: str) -> str:
