@@ -20,7 +20,7 @@ from hermes_core.endpoints.request_options import add_request_arguments, request
 from hermes_core.batch.dataset import DatasetError, dataset_path
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
-from hermes_core.batch.settled import Printed, settled_lines
+from hermes_core.batch.settled import PLAN, RUN, Printed, settled_lines
 from hermes_assets.instance import dagster_home
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
@@ -199,7 +199,8 @@ def run_batch(args: argparse.Namespace) -> int:
         print(f"warning: sandbox backend {backend.name!r} is NOT isolated: tools run on this host as this user",
               file=sys.stderr)
     paths, instance_files = RunPaths(folder), _instance_files()
-    if saved.read_bytes() == before and (printed := settled_lines(paths, dataset.path, instance_files)) is not None:
+    if saved.read_bytes() == before and (printed := settled_lines(
+            paths, dataset.path, instance_files, PLAN if args.plan_only else RUN)) is not None:
         return _settled(args, recipe, paths, printed)
     if not args.plan_only:
         hf_loading.start_loader()  # the check after the run loads the output with HF datasets

@@ -13,7 +13,7 @@ import dagster as dg
 from hermes_core.batch import pipeline
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.recipe import Recipe, RecipeError, run_dir
-from hermes_core.batch.settled import Printed, save_settled
+from hermes_core.batch.settled import PLAN, Printed, save_settled
 from hermes_core.batch.stopping import interrupt
 from hermes_core.config import Endpoint
 from hermes_core.endpoints.errors import EndpointConfigError, is_config_error
@@ -53,6 +53,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     todo = pipeline.plan(recipe, paths)
     if args.plan_only:
         print(todo.describe())
+        save_settled(paths, Path(recipe.dataset_file), instance_files, Printed([], []), scope=PLAN)
         return 0
     pending = todo.partitions
     if pending and recipe.endpoint_preflight:

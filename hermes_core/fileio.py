@@ -181,18 +181,19 @@ def paused_gc() -> Iterator[None]:
 
 
 class FileTableCache:
-    """What was parsed from a file, kept while the file is unchanged (same inode, size, mtime):
+    """What was parsed from a file, kept while the file is unchanged (same inode, size, mtime and
+    change time: an edit that sets the mtime back still moves the change time):
     the CLI runs every step of a run in one process, and each would otherwise parse the same
     100k-line tables again. Holds the `size` most recently used files."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[Path, Any], tuple[tuple[int, int, int], Any]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Path, Any], tuple[tuple[int, ...], Any]] = OrderedDict()
 
     @staticmethod
-    def _version(path: Path) -> tuple[int, int, int]:
+    def _version(path: Path) -> tuple[int, ...]:
         stat = path.stat()
-        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
     def get(self, path: Path, load: Callable[[], T], variant: Any = None) -> T:
         """What `load()` made of `path`; `variant` tells apart different readings of one file."""
@@ -206,7 +207,7 @@ class FileTableCache:
         self.put(path, value, variant, version)
         return value
 
-    def put(self, path: Path, value: Any, variant: Any = None, version: tuple[int, int, int] | None = None) -> None:
+    def put(self, path: Path, value: Any, variant: Any = None, version: tuple[int, ...] | None = None) -> None:
         """Remember `value` as what `path` holds now (just after writing it)."""
         self._entries[(path, variant)] = (version or self._version(path), value)
         self._entries.move_to_end((path, variant))

@@ -1,15 +1,26 @@
 """A resume with nothing to do (issue 20, a fast start): once a command left the run settled, the next
 one prints what the full path printed (the summary on stdout, "nothing to run" and any check lines on
-stderr) without starting a Dagster run or sending a request; any change since takes the full path."""
+stderr) without starting a Dagster run or sending a request; any change since takes the full path.
+A `--plan_only` command leaves the plan settled the same way, for the next `--plan_only` only."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from hermes_assets.cli import batch_main
+from hermes_core.batch import prompt_table
 from batch_runs import prompts, write_dataset
+
+
+@pytest.fixture(autouse=True)
+def vouch_at_once(monkeypatch):
+    """A dataset just written counts as settled (else whether a state is saved depends on how long the
+    command took); the racy window has a test of its own."""
+    monkeypatch.setattr(prompt_table, "RACY_S", 0.0)
 
 
 def run(dataset: Path, url: str, *extra: str) -> int:
@@ -58,3 +69,39 @@ def test_any_change_takes_the_full_path(isolated_homes, sim_server, sim_url, cap
     trajectories.write_text("")  # an output changed behind the run's back: rebuilt by the finalize run
     assert run(dataset, sim_url) == 0
     assert run_count() == runs + 5 and len(trajectories.read_text().splitlines()) == 3
+
+
+def test_a_plan_only_again_prints_its_plan_without_a_run_and_a_run_still_runs(
+        isolated_homes, sim_server, sim_url, capsys):
+    dataset = write_dataset(isolated_homes / "d.jsonl", prompts(3, "planned"))
+    plan = "plan: 3 samples, 3 without a final record, in 2 of 2 batches; nothing was sent\n"
+    assert run(dataset, sim_url, "--plan_only") == 0
+    assert capsys.readouterr().out == plan and run_count() == 1
+    assert run(dataset, sim_url, "--plan_only") == 0
+    assert capsys.readouterr().out == plan and run_count() == 1  # told from the saved state
+
+    stat = dataset.stat()  # the same size, the mtime set back: only the change time tells
+    dataset.write_text(dataset.read_text().replace("#0", "#9"))
+    os.utime(dataset, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert run(dataset, sim_url, "--plan_only") == 0
+    assert capsys.readouterr().out == plan.replace("2 of 2", "3 of 3") and run_count() == 2  # a new key, a new batch
+    prompts_table = (isolated_homes / "data" / "settled" / "prompts.jsonl").read_text()
+    assert "#9" in prompts_table and "#0" not in prompts_table
+
+    assert run(dataset, sim_url) == 0  # a plan's state does not cover a run
+    assert run_count() == 5 and sim_server.log.requests and "running 3 sample(s)" in capsys.readouterr().err
+    assert run(dataset, sim_url, "--plan_only") == 0  # a settled run covers its plan
+    assert capsys.readouterr().out.startswith("plan: 3 samples, 0 without a final record") and run_count() == 5
+
+
+def test_a_dataset_changed_within_the_racy_window_is_not_vouched_for(isolated_homes, sim_server, sim_url,
+                                                                     monkeypatch):
+    monkeypatch.setattr(prompt_table, "RACY_S", 3600.0)  # every change now "too recent"
+    dataset = write_dataset(isolated_homes / "d.jsonl", prompts(2, "racy"))
+    for runs in (1, 2):
+        assert run(dataset, sim_url, "--plan_only") == 0
+        assert run_count() == runs
+    assert run(dataset, sim_url) == 0 and run(dataset, sim_url) == 0
+    assert run_count() == 2 + 3 + 2  # each full (the second plans and finalizes): a second edit within
+    # the tick could hide in a saved state
+    assert not (isolated_homes / "data" / "settled" / "settled.json").exists()
