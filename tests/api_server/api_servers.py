@@ -1,16 +1,18 @@
-"""Fixtures for the API server tests: a real server on 127.0.0.1 in front of the simulated model,
-with its sandboxes in a temporary state root."""
+"""Fixtures and client helpers for the API server tests: a real server on 127.0.0.1 in front of the
+simulated model, with its sandboxes in a temporary state root."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from hermes_core.api_server import ApiServer, ApiServerSettings
 from hermes_core.config import Endpoint
+from procs import processes_with, wait_until
 
 KEY = "test-key-0123456789abcdef"
 ALLOWED = "https://chat.example.com"
@@ -57,3 +59,42 @@ def client(server: ApiServer) -> openai.OpenAI:
 
 def user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
+
+
+def post(server: ApiServer, text: str, headers: dict[str, str] | None = None, client: httpx.Client | None = None,
+         **body: Any) -> httpx.Response:
+    """A chat completion; no response may carry the session key back (finding 7)."""
+    response = (client or httpx).post(f"{server.base_url}/chat/completions", timeout=60,
+                                      json={"model": "hermes-agent", "messages": user(text), **body},
+                                      headers={**AUTH, **(headers or {})})
+    assert "x-hermes-session-key" not in response.headers, response.headers
+    return response
+
+
+def session(session_id: str, key: str | None = None) -> dict[str, str]:
+    return {"X-Hermes-Session-Id": session_id, **({"X-Hermes-Session-Key": key} if key else {})}
+
+
+def answer(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def code(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+def sleeping(tag: str) -> list[str]:
+    """The sleep commands themselves (not the shells that started them)."""
+    return [found for found in processes_with(f"sleep {tag}") if found.startswith("sleep")]
+
+
+def hang_up_during(server: ApiServer, text: str, headers: dict[str, str], tag: str) -> None:
+    """Stream a turn, wait until its command `sleep <tag>` runs, and hang up."""
+    body = {"model": "hermes-agent", "stream": True, "messages": user(text)}
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, headers={**AUTH, **headers},
+                      timeout=30) as response:
+        assert "x-hermes-session-key" not in response.headers
+        lines = response.iter_lines()  # held: a dropped iterator would close the connection at once
+        assert any(line == "event: hermes.tool.progress" for line in lines)
+        assert wait_until(lambda: sleeping(tag), 15), "the command never started"
