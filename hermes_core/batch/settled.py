@@ -2,10 +2,11 @@
 
 A `hermes-batch` invocation that ends cleanly (every sample final, outputs written, checks run)
 saves what it left: the size and mtime of every file of the run folder (the ledger's included) and
-of the dataset, the identity of the instance's run storage, the source files, and the check lines
-it printed. A later command that finds all of these unchanged has nothing to plan, run or rebuild, so it prints
-the same summary without importing Dagster or starting its three runs (~3 s). Anything that
-changed since, a UI materialization included, makes the full path run as before.
+of the dataset, the identity of the instance's run storage and the variables its config reads, the
+source files, and the check lines it printed. A later command that finds all of these unchanged has
+nothing to plan, run or rebuild, so it prints the same summary without importing Dagster or starting
+its three runs (~3 s). Anything that changed since, a UI materialization included, makes the full
+path run as before.
 
 A `--plan_only` command saves the same after its plan run, for the plan's scope only: the next
 `--plan_only` of the unchanged run prints its plan without the plan run (at 100k rows ~1 s instead
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,6 +29,7 @@ from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch import prompt_table
 
 STATE_FILE = "settled.json"
+_ENV_REFERENCE = re.compile(r"\benv:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
 RUN, PLAN = "run", "plan"  # what a settled state vouches for: the whole command, or its plan only
 CODE_ROOTS = [Path(__file__).resolve().parents[2] / package for package in ("hermes_core", "hermes_assets")]
 
@@ -45,6 +48,17 @@ def _identity(path: Path) -> dict[str, int] | None:
         return prompt_table.file_identity(path)
     except OSError:
         return None
+
+
+def _instance_env(instance_files: list[Path]) -> str | None:
+    """One digest of the environment variables the instance's config reads (`env: NAME`, such as a
+    Postgres URL): the same dagster.yaml can name another instance. A digest, as the values may
+    hold passwords; None when the config reads none."""
+    names = sorted({name for path in instance_files if path.suffix == ".yaml" and path.is_file()
+                    for name in _ENV_REFERENCE.findall(path.read_text(errors="replace"))})
+    if not names:
+        return None
+    return hashlib.sha256("".join(f"{name}={os.environ.get(name, '')}\0" for name in names).encode()).hexdigest()
 
 
 def _code_state(roots: list[Path]) -> str:
@@ -73,6 +87,7 @@ def folder_state(paths: RunPaths, dataset: Path, instance_files: list[Path]) -> 
         # by identity only: other runs write there all the time, and a wiped instance is a new file.
         "instance": {str(path): _stat(path) if path.suffix == ".yaml" else (_stat(path) or [None])[0]
                      for path in instance_files},
+        "instance_env": _instance_env(instance_files),
         # The files steps write (the recipe is compared by content, the ledger's files apart).
         "files": {path.name: _stat(path) for path in paths.step_files()},
         "raw": {entry.name: _stat(Path(entry.path)) for entry in raw},

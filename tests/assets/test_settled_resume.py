@@ -105,3 +105,19 @@ def test_a_dataset_changed_within_the_racy_window_is_not_vouched_for(isolated_ho
     assert run_count() == 2 + 3 + 2  # each full (the second plans and finalizes): a second edit within
     # the tick could hide in a saved state
     assert not (isolated_homes / "data" / "settled" / "settled.json").exists()
+
+
+def test_an_instance_named_through_the_environment_is_part_of_the_state(isolated_homes, sim_server, sim_url,
+                                                                        monkeypatch):
+    """One dagster.yaml can name another instance through a variable (a Postgres URL; a storage folder
+    here): a command against the other instance takes the full path, so that instance has the runs."""
+    (isolated_homes / "dagster_home" / "dagster.yaml").write_text(
+        "telemetry:\n  enabled: false\nstorage:\n  sqlite:\n    base_dir:\n      env: HERMES_TEST_STORAGE\n")
+    monkeypatch.setenv("HERMES_TEST_STORAGE", str(isolated_homes / "storage-a"))
+    dataset = write_dataset(isolated_homes / "d.jsonl", prompts(2, "elsewhere"))
+    assert run(dataset, sim_url) == 0 and run(dataset, sim_url) == 0
+    assert run_count() == 3  # the second was settled
+    monkeypatch.setenv("HERMES_TEST_STORAGE", str(isolated_homes / "storage-b-secret"))
+    assert run(dataset, sim_url, "--plan_only") == 0
+    assert run_count() == 1  # planned in the new instance (its batches are registered there)
+    assert "secret" not in (isolated_homes / "data" / "settled" / "settled.json").read_text()
