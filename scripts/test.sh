@@ -71,7 +71,8 @@ scripts/api_client_venv.sh >/dev/null || log "no hermes-agent-api-client venv; s
 
 # One pytest worker per core, up to 2 (PYTEST_WORKERS=N overrides; 0 runs in one process): most tests
 # wait on servers and sandboxes. Tests sharing one `dagster dev` stay together (--dist loadgroup).
+# The 25 slowest tests are listed at the end: the suite's time on CI is watched (docs/development.md).
 workers=${PYTEST_WORKERS:-$(( $(nproc) < 2 ? $(nproc) : 2 ))}
 status=0
-"$venv/bin/pytest" -n "$workers" --dist loadgroup "$@" || status=$?
+"$venv/bin/pytest" -n "$workers" --dist loadgroup --durations=25 "$@" || status=$?
 exit "$status"
