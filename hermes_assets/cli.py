@@ -130,7 +130,8 @@ def batch_parser() -> argparse.ArgumentParser:
                    action="store_true", help="accept a changed recipe under an existing run name")
     p.add_argument("--resume", action="store_true", help="accepted for compatibility: every run resumes")
     p.add_argument("--plan_only", "--plan-only", dest="plan_only", action="store_true",
-                   help="validate, key and batch the dataset and say what a run would send; no model calls")
+                   help="validate, key and batch the dataset and say what a run would send; no model calls "
+                        "(an unchanged run planned again answers from its saved state, without a Dagster run)")
     p.add_argument("--verbose", action="store_true", help="a line per finished sample and Dagster's own logs")
     p.add_argument("--compress", action="store_true",
                    help="also compress the kept trajectories to a token budget (see hermes-compress)")

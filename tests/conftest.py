@@ -46,6 +46,23 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     _build_code_image_for(ids, node.config)
 
 
+@pytest.hookimpl(trylast=True)  # after the hooks that add the mark (tests/assets/conftest.py)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` sends tests of one `xdist_group` to one worker by a `@group` suffix of their
+    ids. pytest-xdist 3.8 sets it on `item._nodeid`, which pytest 9 no longer reads (it reads `_id`):
+    every group was split over the workers, so the doc examples ran every page twice, once per worker,
+    and each worker started its own shared `dagster dev`. The suffix is set here instead."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     BUILD.stop()  # a build whose test did not run
 
