@@ -28,7 +28,9 @@ from hermes_core.environments.env_run import REQUIRED as ENV_REQUIRED, EnvRun
 from hermes_core.formats.compression.cli import parser as compress_parser
 
 os.environ["COLUMNS"] = "100"  # argparse wraps usage lines to the terminal: the same width wherever this runs
-ROOT = Path(__file__).resolve().parents[1]
+# Not resolved: run from a checkout whose scripts/ is a link (the doc examples' workspaces), it writes
+# that checkout's docs/, not the linked one's.
+ROOT = Path(os.path.abspath(__file__)).parents[1]
 CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
 RUNS_PAGE = ROOT / "docs" / "reference" / "runs-file.md"
 SCHEMA = ROOT / "docs" / "schema" / "runs-file.schema.json"

@@ -86,10 +86,14 @@ def examples(page: Path) -> list[Example]:
 
 
 def workspace(folder: Path) -> Path:
-    """A reader's checkout: the repository's entries linked in, a Dagster home of its own, no data."""
+    """A reader's checkout: the repository's entries linked in, a Dagster home of its own, no data.
+    `docs/` is a copy: `make docs` regenerates the reference pages, which must not change the real
+    checkout (tests/docs/test_reference.py checks that they match the code)."""
     folder.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name not in LEFT_OUT:
+        if entry.name == "docs":
+            shutil.copytree(entry, folder / entry.name, symlinks=True)
+        elif entry.name not in LEFT_OUT:
             (folder / entry.name).symlink_to(entry)
     (folder / "dagster_home").mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", folder / "dagster_home" / "dagster.yaml")
