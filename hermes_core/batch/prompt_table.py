@@ -37,6 +37,11 @@ def file_identity(path: Path) -> dict[str, int]:
             "ctime_ns": stat.st_ctime_ns}
 
 
+def too_recent(identity: dict[str, int]) -> bool:
+    """Whether a file of this identity changed less than RACY_S ago, so its identity cannot vouch for it."""
+    return time.time_ns() - identity["ctime_ns"] < RACY_S * 1e9
+
+
 def keying(recipe: Recipe) -> dict[str, Any]:
     """What the sample keys of a table depend on besides the dataset file."""
     return {"fingerprint": recipe.fingerprint(), "skip_invalid": recipe.skip_invalid,
@@ -78,7 +83,7 @@ def save_table(paths: RunPaths, dataset: Dataset, keyed_with: dict[str, Any]) ->
         "keyed_with": keyed_with,
     }
     source = file_identity(dataset_path(dataset.path))
-    if time.time_ns() - source["ctime_ns"] < RACY_S * 1e9:
+    if too_recent(source):
         source = None  # its next planning loads it again, and vouches for it then
     try:
         saved = json.loads(paths.dataset.read_bytes())

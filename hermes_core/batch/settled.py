@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -107,9 +106,8 @@ def save_settled(paths: RunPaths, dataset: Path, instance_files: list[Path], pri
     printed beside its summary. Not while the dataset changed < RACY_S ago: a second edit within the
     same timestamp tick could keep its identity (prompt_table.py), so the next command checks it."""
     state = folder_state(paths, dataset, instance_files)
-    identity = state and state["dataset"][1]
     path = paths.root / STATE_FILE
-    if state is None or not identity or time.time_ns() - identity["ctime_ns"] < prompt_table.RACY_S * 1e9:
+    if state is None or not state["dataset"][1] or prompt_table.too_recent(state["dataset"][1]):
         path.unlink(missing_ok=True)  # what it vouched for is gone, whatever this command changed
         return
     atomic_write_json(path, {"scope": scope, "state": state, "check_lines": printed.check_lines,
