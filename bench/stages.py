@@ -5,7 +5,7 @@ its samples sorted into stages by the code they were in. What no Python process 
 the commands in them, bubblewrap) is the whole tree's CPU minus the Python stages; py-spy slows the
 run it watches, so on two cores its sum can exceed the unwatched run's whole (then that line is 0).
 
-    .venv/bin/python bench/stages.py [--sessions 64] [--samples 2000]
+    .venv/bin/python bench/stages.py [--sessions 64] [--samples 2000] [--latency 0.5]
 
 Prints one line per stage: CPU-seconds and milliseconds per sample.
 """
@@ -66,10 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--latency", type=float, default=0.5, help="seconds per model call (the realistic run: 5)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hermes-stages-") as tmp:
         work = Path(tmp)
-        endpoint = Endpoint(0.5, work)
+        endpoint = Endpoint(args.latency, work)
         try:
             dataset = write_prompts(work / "prompts.jsonl", args.samples)
             argv = batch_argv(dataset, "whole", endpoint, args.sessions, max(10, args.samples // 20))
@@ -86,7 +87,7 @@ def main() -> None:
             endpoint.close()
     python = sum(per_stage.values())
     per_stage["sandboxes and their commands (not Python)"] = max(0.0, whole.cpu - python)
-    print(f"# {args.sessions} sessions × {args.samples:,} samples: whole tree {whole.cpu:.1f} CPU-s "
+    print(f"# {args.sessions} sessions × {args.samples:,} samples at {args.latency:g} s: whole tree {whole.cpu:.1f} CPU-s "
           f"({whole.cpu / args.samples * 1000:.1f} ms per sample), wall {whole.wall:.1f} s")
     print(f"{'stage':<58} {'CPU-s':>7} {'ms/sample':>10}")
     for name, seconds in sorted(per_stage.items(), key=lambda item: -item[1]):

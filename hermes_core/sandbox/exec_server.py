@@ -41,8 +41,9 @@ KILL_TIMEOUT_S = 5.0  # from asking for a kill to the status: the supervisor onl
 DRAIN_AFTER_EXIT_S = 0.5  # output still open after the status: someone escaped the supervisor
 _STATUS = struct.Struct("=ci")
 MAX_REQUEST = 8 << 20  # the server's own cap on a command's request (MAX_REQUEST in exec_server.c)
-# Sandboxes starting at once per process: 1,024 sessions starting together on 2 cores would each
-# take longer than START_TIMEOUT_S; in turns, each start takes milliseconds and the timeout means a fault.
+# Sandboxes starting at once per process (a bubblewrap, or a session of a slot's zygote): 1,024 sessions
+# starting together on 2 cores would each take longer than START_TIMEOUT_S; in turns, each start takes
+# milliseconds and the timeout means a fault.
 STARTS_AT_ONCE = 4 * usable_cores()
 _starting = threading.BoundedSemaphore(STARTS_AT_ONCE)
 _build_lock = threading.Lock()
@@ -56,6 +57,11 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def start_turn() -> threading.BoundedSemaphore:
+    """One of this process's STARTS_AT_ONCE turns to start a sandbox: hold it (`with`) while starting."""
+    return _starting
 
 
 def _cache_dir() -> Path:
@@ -120,7 +126,7 @@ def start_server(argv: Callable[[int, int], list[str]], binary: Path, cwd: Path,
     """Start a process of `binary` (the launcher runs what `argv(ctl fd, exe fd)` says) and wait for its
     ready byte; its control socket and process, or SandboxFailed (a sandbox that cannot start is broken:
     its sample is never kept as data). Its stderr is `log_path` (default `cwd`/exec-server.log)."""
-    with _starting:
+    with start_turn():
         return _start(argv, binary, cwd, env, pass_fds, log_path or cwd / "exec-server.log")
 
 
