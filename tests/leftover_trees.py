@@ -3,7 +3,6 @@ than PATH_MAX, folders a command locked, and files that nothing can remove."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from contextlib import contextmanager
@@ -42,13 +41,12 @@ def deep_tree(base: Path, depth: int = DEPTH) -> Path:
 
 
 def dead_owner_session(state_root: Path, name: str, plain: bool = False) -> Path:
-    """A session folder of a process that is gone (this pid with another start time: a reused pid),
-    holding a `deep_tree`; the plain backend keeps its owner file in the sibling `<name>.state`."""
-    owner = {"pid": os.getpid(), "start": "0", "session_id": name}
-    state = state_root / (f"{name}.state" if plain else name)
-    state.mkdir(parents=True)
-    (state / "owner.json").write_text(json.dumps(owner))
-    return deep_tree(state_root / name)
+    """A session folder of a process that is gone (named for this pid with another start time: a reused
+    pid), holding a `deep_tree`; the plain backend's state (named the same) is the sibling `<folder>.state`."""
+    folder = f"{name}-o{os.getpid()}.1-dead"
+    if plain:
+        (state_root / f"{folder}.state").mkdir(parents=True)
+    return deep_tree(state_root / folder)
 
 
 @contextmanager

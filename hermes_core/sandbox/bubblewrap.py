@@ -41,7 +41,7 @@ from hermes_core.sandbox.images import Images, confine, image_label, image_probl
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
 from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, pin_namespace, sanitized_env,
-                                           shell_exit_code, write_owner)
+                                           owned_folder, shell_exit_code)
 from hermes_core.sandbox.trees import remove_tree
 from hermes_core.sandbox.slots import Slot, SlotPool
 from hermes_core.sandbox.zygote import Zygote, joined_argv, session_pidfd
@@ -76,7 +76,6 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
-        (state_dir / "logs").mkdir()
         self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
@@ -278,7 +277,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             os.close(self._fds.pop("mnt"))  # frees the overlay mount
         self._fds.clear()
         self._give_back(self._slot, emptied)
-        if self._zygote:  # only this process ever wrote in it (owner file, background logs): no mount to mind
+        if self._zygote:  # only this process ever wrote in it (background logs): no mount to mind
             shutil.rmtree(self.state_dir, ignore_errors=True)
         else:
             remove_tree(self.state_dir)
@@ -334,7 +333,8 @@ def _exit_code(status: int) -> int:
 
 
 class BubblewrapBackend(SandboxBackend):
-    """Sessions in `state_root/<session_id>-<random>/` (owner file, logs, /tmp, cwd or overlay upper);
+    """Sessions in `state_root/<session_id>-o<owner pid>.<owner start>-<random>/` (background logs;
+    without root, /tmp and cwd too);
     their slots' cgroups are `hermes-foundry/o<owner pid>-<owner start>-<state root tag>-slot<random>`.
     `close()` frees the idle slots once the sessions are done."""
 
@@ -385,8 +385,7 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(f"{image_label(image)}: {problem}")
         inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
-        write_owner(state_dir, session_id)
+        state_dir = owned_folder(self.state_root, session_prefix(session_id))
         slot = None
         try:
             slot = self._slots.take(session_id)

@@ -78,6 +78,7 @@ class BackgroundJobs:
             if self.closed:
                 raise SandboxError("the sandbox is closed")
             job_id = len(self.jobs) + 1
+            self.log_dir.mkdir(exist_ok=True)  # at the first job: most sessions start none
             log = self.log_dir / f"process-{job_id}.log"
             master, slave = os.openpty() if pty else (-1, -1)
             with open(log, "wb") as out:

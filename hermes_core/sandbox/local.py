@@ -18,7 +18,7 @@ from hermes_core.sandbox.base import (MAX_READ_BYTES, ExecResult, Sandbox, Sandb
                                       SandboxSettings, read_host_file)
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
-from hermes_core.sandbox.processes import orphaned, sanitized_env, shell_argv, write_owner
+from hermes_core.sandbox.processes import orphaned, owned_folder, sanitized_env, shell_argv
 from hermes_core.sandbox.trees import remove_tree
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
@@ -86,7 +86,7 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
         return str(resolved)
 
     def _release(self) -> None:
-        if not remove_tree(self.workdir):  # else its owner file stays: reap() tries again once we are gone
+        if not remove_tree(self.workdir):  # else its state folder (named for us) stays: reap() tries again once we are gone
             remove_tree(self.state_dir)
 
 
@@ -106,10 +106,9 @@ class PlainBackend(SandboxBackend):
             raise SandboxError(f"image {image!r}: {NO_IMAGES}")
         checked_cwd(cwd)  # what every backend refuses; the rest becomes a folder inside the workdir
         self.state_root.mkdir(parents=True, exist_ok=True)
-        # The state folder (with the owner file) exists before the workdir, so reap() never finds
+        # The state folder (its name says the owner) exists before the workdir, so reap() never finds
         # a workdir without an owner.
-        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), suffix=".state", dir=self.state_root))
-        write_owner(state_dir, session_id)
+        state_dir = owned_folder(self.state_root, session_prefix(session_id), suffix=".state")
         workdir = state_dir.with_suffix("")
         workdir.mkdir(mode=0o700)
         try:

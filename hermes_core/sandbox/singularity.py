@@ -6,7 +6,7 @@ root, or cgroups v2 with systemd delegation for unprivileged users).
 A session persists through host folders bound into each container: its working directory (at
 `cwd`) and a scratch folder (`--workdir`: /tmp and /var/tmp). The image itself is read-only, so
 files are read and written through the bound working directory; paths elsewhere are read with an
-exec and refused for writing. State: `state_root/<session>-<random>/` with the owner file,
+exec and refused for writing. State: `state_root/<session>-o<owner pid>.<owner start>-<random>/` with the
 background logs, `work/`, `scratch/` and `groups` (process groups to kill if the owner dies).
 
 Images come from dataset rows (untrusted): a SIF file, sandbox folder or `docker-archive:`/
@@ -30,7 +30,7 @@ from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
-from hermes_core.sandbox.processes import group_alive, kill_process_group, orphaned, sanitized_env, write_owner
+from hermes_core.sandbox.processes import group_alive, kill_process_group, orphaned, owned_folder, sanitized_env
 from hermes_core.sandbox.trees import remove_tree
 
 EXECUTABLE_ENV = "HERMES_APPTAINER"  # path or name of the apptainer/singularity executable
@@ -244,9 +244,8 @@ class SingularityBackend(SandboxBackend):
             raise SandboxError(f"cwd {cwd!r} cannot be a working directory of the singularity backend (no ':' or "
                                "',': bind syntax)")
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = Path(tempfile.mkdtemp(prefix=session_prefix(session_id), dir=self.state_root))
+        state_dir = owned_folder(self.state_root, session_prefix(session_id))
         try:
-            write_owner(state_dir, session_id)
             if any(char in str(state_dir) for char in ":,"):
                 raise SandboxError(f"the state folder {state_dir} must not contain ':' or ',' (bind syntax)")
             return SingularitySandbox(session_id, state_dir, self.settings, executable, resolved, inside)

@@ -154,6 +154,5 @@ def test_reaping_removes_dead_sessions_and_skips_what_stays(tmp_path: Path, name
         assert not gone.exists() and sorted(path.name for path in stuck.iterdir()) == ["stuck"]
     warnings = [record.getMessage() for record in caplog.records if record.name == "hermes_core.sandbox.trees"]
     assert warnings and all(f"could not remove all of {stuck}: 1 entry stayed" in w for w in warnings)
-    # The plain backend's owner file is beside the folder and stays with it: the next reap tries again
-    # (and says so again). The local backend's went with the rest: that one waits until it is stale.
-    assert len(warnings) == (2 if plain else 1)
+    # The folder's name says its owner is dead, and it stays: the next reap tries again (and says so again).
+    assert len(warnings) == 2
