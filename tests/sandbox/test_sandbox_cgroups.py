@@ -30,14 +30,15 @@ def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
         for name, value in files.items():
             if (folder / name).exists():
                 assert int((folder / name).read_text()) == value
-    job = box.spawn("sleep 100")
+    tag = marker()  # other tests on the other worker run sleeps too
+    job = box.spawn(f"sleep {tag}")
     assert wait_until(lambda: box.jobs.jobs[job].proc.pid in cgroup.pids())  # the job's launcher joins it
     assert wait_until(lambda: len(cgroup.pids()) >= 3)  # bubblewrap, its pid 1 and the command
     box.close()
     left = cgroup.pids()  # emptied, kept for the next session: only the slot's zygote may stay there
     zygote = box._slot.zygote
     assert cgroup.exists() and (left == set() if zygote is None else zygote.proc.pid in left and len(left) == 3)
-    assert not processes_with("sleep 100")
+    assert not processes_with(f"sleep {tag}")
     backend.close()
     assert not cgroup.exists() and session_leftovers(tmp_path) == []
 
