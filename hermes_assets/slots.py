@@ -48,7 +48,7 @@ def _process_gone(run: dg.DagsterRun) -> bool:
         return False
     if _zombie(int(tags[PID_TAG])):
         return True
-    return not owner_alive({"pid": tags[PID_TAG], "start": tags.get(START_TAG) or None})
+    return not owner_alive(tags[PID_TAG], tags.get(START_TAG))
 
 
 def _zombie(pid: int) -> bool:

@@ -38,7 +38,6 @@ from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.identity import ID_COUNT, LAYER, NO_LAUNCHER, host_ids, layer_mount_point
 from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
-from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
 from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, pin_namespace, sanitized_env,
                                            owned_folder, shell_exit_code)
@@ -385,10 +384,10 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(f"{image_label(image)}: {problem}")
         inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = owned_folder(self.state_root, session_prefix(session_id))
+        state_dir = owned_folder(self.state_root, session_id)
         slot = None
         try:
-            slot = self._slots.take(session_id)
+            slot = self._slots.take()
             sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot,
                                         self._slots.give_back, server_binary())
         except BaseException:
@@ -419,7 +418,7 @@ class BubblewrapBackend(SandboxBackend):
         slots = folders = 0
         for name in session_names(self.hierarchy) if self.hierarchy else ():
             match = _CGROUP_NAME.match(name)
-            if match and not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]}):
+            if match and not owner_alive(match[1], match[2]):
                 cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
                 cgroup.kill_all()  # first: nothing may still write into the state folder
                 retire([cgroup])  # emptied: a spare for later slots rather than a dying memory cgroup

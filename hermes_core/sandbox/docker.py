@@ -295,7 +295,7 @@ class DockerBackend(SandboxBackend):
             owner_host, pid, start = (container.labels.get(LABEL_OWNER, "").rsplit(":", 2) + ["", ""])[:3]
             if owner_host != host or not pid.isdigit():
                 continue  # another machine's run: its own reaper decides
-            if owner_alive({"pid": int(pid), "start": start or None}):
+            if owner_alive(pid, start):
                 continue
             try:
                 container.remove(force=True, v=True)

@@ -10,7 +10,6 @@ The isolated default is `hermes_core.sandbox.bubblewrap` ("local"); both share t
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -22,11 +21,6 @@ from hermes_core.sandbox.processes import orphaned, owned_folder, sanitized_env,
 from hermes_core.sandbox.trees import remove_tree
 
 NO_IMAGES = "the plain backend runs commands on the host and has no images; choose a backend that runs images"
-
-
-def session_prefix(session_id: str) -> str:
-    """A folder-name-safe, bounded prefix for a session's state folder."""
-    return (re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48] or "session") + "-"
 
 
 class PlainSandbox(BackgroundJobsMixin, Sandbox):
@@ -86,7 +80,7 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
         return str(resolved)
 
     def _release(self) -> None:
-        if not remove_tree(self.workdir):  # else its state folder (named for us) stays: reap() tries again once we are gone
+        if not remove_tree(self.workdir):  # else its state folder (named for us) stays: a later reap() tries again
             remove_tree(self.state_dir)
 
 
@@ -108,7 +102,7 @@ class PlainBackend(SandboxBackend):
         self.state_root.mkdir(parents=True, exist_ok=True)
         # The state folder (its name says the owner) exists before the workdir, so reap() never finds
         # a workdir without an owner.
-        state_dir = owned_folder(self.state_root, session_prefix(session_id), suffix=".state")
+        state_dir = owned_folder(self.state_root, session_id, suffix=".state")
         workdir = state_dir.with_suffix("")
         workdir.mkdir(mode=0o700)
         try:

@@ -311,7 +311,7 @@ class ModalBackend(SandboxBackend):
             reaped = 0
             for sandbox in sdk.Sandbox.list(app_id=self._app.app_id, tags={TAG_HOST: socket.gethostname()}):
                 pid, _, start = sandbox.get_tags().get(TAG_OWNER, "").partition(":")
-                if pid.isdigit() and not owner_alive({"pid": pid, "start": start or None}):
+                if pid.isdigit() and not owner_alive(pid, start):
                     sandbox.terminate()
                     reaped += 1
             return reaped

@@ -8,9 +8,9 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import fcntl
-import re
 import functools
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -192,8 +192,10 @@ def process_start_time(pid: int) -> str | None:
     return fields[19].decode() if fields and len(fields) > 19 else None
 
 
-def owner_alive(owner: dict) -> bool:
-    pid = int(owner["pid"])
+def owner_alive(pid: int | str, start: str | None) -> bool:
+    """Whether process `pid` still runs and is the one that started at `start` (its kernel start time;
+    None, "" or "0" when it was not known), not a later process reusing its pid."""
+    pid = int(pid)
     if pid <= 0:
         return False
     try:
@@ -202,12 +204,14 @@ def owner_alive(owner: dict) -> bool:
         return False
     except PermissionError:
         pass  # alive, owned by another user
-    return owner.get("start") is None or process_start_time(pid) in (None, owner["start"])
+    return start in (None, "", "0") or process_start_time(pid) in (None, start)
 
 
-def owner_record(session_id: str) -> dict:
-    """Who created a session: this process, with its start time so a reused pid does not count."""
-    return {"pid": os.getpid(), "start": _own_start_time(os.getpid()), "session_id": session_id}
+def owner_tag(separator: str) -> str:
+    """This process as the owner of what it names (`<pid><separator><start time>`, 0 when unknown), so a
+    reused pid does not count: a state folder's name (`owned_folder`) and a slot's cgroup's."""
+    pid = os.getpid()
+    return f"{pid}{separator}{_own_start_time(pid) or 0}"
 
 
 @functools.lru_cache(maxsize=4)
@@ -215,13 +219,13 @@ def _own_start_time(pid: int) -> str | None:  # keyed by pid: a forked worker ha
     return process_start_time(pid)
 
 
-def owned_folder(parent: Path, prefix: str, suffix: str = "") -> Path:
-    """A new private folder in `parent` for a session's state, its owner (this process: pid and start
-    time) in its name for `orphaned`. No owner file: creating an inode is the costly part of a session's
+def owned_folder(parent: Path, session_id: str, suffix: str = "") -> Path:
+    """A new private folder in `parent` for a session's state, named for the session (folder-name-safe,
+    bounded) and its owner (`owner_tag`) for `orphaned`. No owner file: creating an inode is the costly part of a session's
     host files where the file system is ext4 without a journal, which skips every inode deleted in the
     last minutes to find a free one (at 1,024 sessions, ~1 ms of kernel time per inode)."""
-    pid = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}o{pid}.{_own_start_time(pid) or 0}-", suffix=suffix, dir=parent))
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48] or "session"
+    return Path(tempfile.mkdtemp(prefix=f"{name}-o{owner_tag('.')}-", suffix=suffix, dir=parent))
 
 
 _OWNED = re.compile(r"-o(\d+)\.(\d+)-[a-z0-9_]+(?:\.[a-z]+)?$")  # what owned_folder names
@@ -231,7 +235,7 @@ def orphaned(state_dir: Path) -> bool:
     """Whether a session state folder belongs to a dead process (and so may be reaped); one whose name
     says no owner only once it is stale."""
     if match := _OWNED.search(state_dir.name):
-        return not owner_alive({"pid": match[1], "start": None if match[2] == "0" else match[2]})
+        return not owner_alive(match[1], match[2])
     try:
         return time.time() - state_dir.stat().st_mtime >= STALE_STATE_S
     except OSError:

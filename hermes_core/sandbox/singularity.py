@@ -28,7 +28,6 @@ from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_SCRIPT, ExecResult, S
                                       SandboxSettings, read_host_file, script_read)
 from hermes_core.sandbox.cwd import checked_cwd
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
-from hermes_core.sandbox.local import session_prefix
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
 from hermes_core.sandbox.processes import group_alive, kill_process_group, orphaned, owned_folder, sanitized_env
 from hermes_core.sandbox.trees import remove_tree
@@ -244,7 +243,7 @@ class SingularityBackend(SandboxBackend):
             raise SandboxError(f"cwd {cwd!r} cannot be a working directory of the singularity backend (no ':' or "
                                "',': bind syntax)")
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = owned_folder(self.state_root, session_prefix(session_id))
+        state_dir = owned_folder(self.state_root, session_id)
         try:
             if any(char in str(state_dir) for char in ":,"):
                 raise SandboxError(f"the state folder {state_dir} must not contain ':' or ',' (bind syntax)")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from hermes_core.sandbox.base import SandboxSettings
 from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, SparePool, retire
-from hermes_core.sandbox.processes import DEFAULT_PATH, loopback_namespace, owner_record
+from hermes_core.sandbox.processes import DEFAULT_PATH, loopback_namespace, owner_tag
 from hermes_core.sandbox.zygote import Zygote
 
 
@@ -66,7 +66,7 @@ class SlotPool:
         self._made = 0  # slots made by this pool, ahead or on demand
         self._making = self._waiting = 0  # slots being made ahead; sessions waiting for one of them
 
-    def take(self, session_id: str) -> Slot:
+    def take(self) -> Slot:
         """An idle slot; else the one being made ahead if no other session waits for it; else a new one."""
         with self._lock:
             while not self._idle and self._making > self._waiting:
@@ -76,13 +76,12 @@ class SlotPool:
             if self._idle:
                 return self._idle.pop()
             self._made += 1
-        return self._make(session_id)
+        return self._make()
 
-    def _make(self, session_id: str) -> Slot:
+    def _make(self) -> Slot:
         cgroup = None
         if self._spares is not None:  # there is a cgroup hierarchy to use
-            owner = owner_record(session_id)
-            name = f"o{owner['pid']}-{owner['start'] or 0}-{self.tag}-slot{secrets.token_hex(4)}"
+            name = f"o{owner_tag('-')}-{self.tag}-slot{secrets.token_hex(4)}"
             s = self.settings
             try:
                 cgroup = self._spares.adopt(name, s.memory_mb, s.pids, s.cpus) or \
@@ -117,7 +116,7 @@ class SlotPool:
 
         def make() -> Slot | None:
             try:
-                slot = self._make("warm")
+                slot = self._make()
             except Exception:
                 return None
             try:

@@ -127,6 +127,26 @@ def leftovers(backend: SandboxBackend) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_session_id_cannot_pass_a_live_session_off_as_a_dead_ones(tmp_path: Path, name: str) -> None:
+    """An API client names its session, and a state folder's name says its owner (`-o<pid>.<start>-`):
+    ids that end like a dead owner's folder or reach for other folders still give folders in the state
+    root named for this process, which a reap keeps while their sessions live."""
+    settings = SandboxSettings(state_root=tmp_path / "state")
+    backend = PlainBackend(settings) if name == "plain" else BubblewrapBackend(settings, hierarchy=None)
+    boxes = [backend.open(session_id) for session_id in ("x-o1.1-dead", "../../up-o1.1-abc", "a/b-o2.0-1.state")]
+    try:
+        folders = sorted(path for path in settings.state_root.iterdir())
+        assert len(folders) == (6 if name == "plain" else 3)  # the plain backend: a workdir beside each
+        assert all(f"-o{os.getpid()}." in path.name for path in folders)
+        assert backend.reap() == 0 and sorted(settings.state_root.iterdir()) == folders
+        assert [box.exec("echo alive").output for box in boxes] == ["alive\n"] * 3
+    finally:
+        for box in boxes:
+            box.close()
+    assert leftovers(backend) == []
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_closing_a_sandbox_removes_the_deep_locked_folder_its_command_made(tmp_path: Path, name: str) -> None:
     """The finding: the step failed in close() and the folder stayed in the shared state root."""
     with BACKENDS[name](SandboxSettings(state_root=tmp_path / "state")) as backend:
