@@ -80,3 +80,30 @@ def live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             members.append(int(entry))
     return members
+
+
+def sandbox_sessions(ancestor: int) -> list[int]:
+    """Host pids of the live sandbox sessions under process `ancestor`: each session's exec server is
+    pid 1 of its own pid namespace (`local` backend), whether a slot's zygote or a bubblewrap made it."""
+    parents, servers = {}, []
+    for entry in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{entry}/status").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if not status:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        parents[int(entry)] = int(fields.get("PPid", "0"))
+        if fields.get("Name") == "exec-server" and fields.get("NSpid", "").split()[-1:] == ["1"] \
+                and not fields.get("State", "").startswith("Z"):
+            servers.append(int(entry))
+
+    def under(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == ancestor:
+                return True
+        return False
+
+    return [pid for pid in servers if under(pid)]

@@ -39,8 +39,8 @@ from hermes_core.sandbox.identity import ID_COUNT, LAYER, NO_LAUNCHER, host_ids,
 from hermes_core.sandbox.host_root import host_layout, proc_layout
 from hermes_core.sandbox.images import Images, confine, image_label, image_problems, reference_problem
 from hermes_core.sandbox.jobs import BackgroundJobs, BackgroundJobsMixin
-from hermes_core.sandbox.processes import (DEFAULT_PATH, orphaned, owner_alive, pin_namespace, sanitized_env,
-                                           owned_folder, shell_exit_code)
+from hermes_core.sandbox.processes import (DEFAULT_PATH, StateFolder, orphaned, owner_alive, pin_namespace,
+                                           sanitized_env, shell_exit_code)
 from hermes_core.sandbox.trees import remove_tree
 from hermes_core.sandbox.slots import Slot, SlotPool
 from hermes_core.sandbox.zygote import Zygote, joined_argv, session_pidfd
@@ -69,13 +69,13 @@ def _tag(state_root: Path) -> str:
 class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
     """One session: `cwd` and every path are as seen inside the sandbox."""
 
-    def __init__(self, session_id: str, state_dir: Path, settings: SandboxSettings, cwd: str,
+    def __init__(self, session_id: str, state: StateFolder, settings: SandboxSettings, cwd: str,
                  rootfs: Path | None, slot: "Slot", give_back: Callable[["Slot", bool], None],
                  launcher: Path | None = None) -> None:
-        self.session_id, self.state_dir, self.cwd, self.cgroup = session_id, state_dir, cwd, slot.cgroup
+        self.session_id, self._state, self.cwd, self.cgroup = session_id, state, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
-        self.jobs = BackgroundJobs(state_dir / "logs", self.output_cap)
+        self.jobs = BackgroundJobs(lambda: self.state_dir / "logs", self.output_cap)
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False
@@ -100,6 +100,12 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             self._layout = self._image_layout(rootfs) if rootfs else self._host_layout()  # the last step that may fail
         shell = (rootfs or Path("/")) / "bin" / "bash"
         self.shell = "/bin/bash" if os.path.lexists(shell) else "/bin/sh"
+
+    @property
+    def state_dir(self) -> Path:
+        """The session's host folder (background logs; without root, /tmp and cwd too), made at its
+        first use: a session of a zygote that starts no background command has none."""
+        return self._state.path
 
     def _host_layout(self) -> list[str]:
         if self._ids is None:  # not root: plain folders of the invoking user (a tmpfs here needs root)
@@ -276,10 +282,11 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             os.close(self._fds.pop("mnt"))  # frees the overlay mount
         self._fds.clear()
         self._give_back(self._slot, emptied)
-        if self._zygote:  # only this process ever wrote in it (background logs): no mount to mind
-            shutil.rmtree(self.state_dir, ignore_errors=True)
-        else:
-            remove_tree(self.state_dir)
+        state_dir = self._state.take()
+        if state_dir is not None and self._zygote:  # only this process wrote in it (logs): no mount to mind
+            shutil.rmtree(state_dir, ignore_errors=True)
+        elif state_dir is not None:
+            remove_tree(state_dir)
 
 
 def _entry(launcher: Path | None, cgroup: SessionCgroup | None, fds: dict[str, int], ids: int | None,
@@ -384,16 +391,17 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(f"{image_label(image)}: {problem}")
         inside = checked_cwd(cwd, host_system=image is None)  # without one, the host's system folders
         self.state_root.mkdir(parents=True, exist_ok=True)
-        state_dir = owned_folder(self.state_root, session_id)
+        state = StateFolder(self.state_root, session_id)
         slot = None
         try:
             slot = self._slots.take()
-            sandbox = BubblewrapSandbox(session_id, state_dir, self.settings, inside, rootfs, slot,
+            sandbox = BubblewrapSandbox(session_id, state, self.settings, inside, rootfs, slot,
                                         self._slots.give_back, server_binary())
         except BaseException:
             if slot is not None:
                 slot.destroy()
-            remove_tree(state_dir)
+            if (state_dir := state.take()) is not None:
+                remove_tree(state_dir)
             raise
         return sandbox
 

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
 from hermes_core.sandbox.output import pump_to_log, read_capped_file
@@ -31,8 +31,8 @@ class BackgroundJobs:
     """A session's background commands: each in its own process group, output to a log file kept
     outside the sandbox's files, numbered 1, 2, ... (small ids, easy for a model to quote)."""
 
-    def __init__(self, log_dir: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
-        self.log_dir, self.cap = log_dir, cap
+    def __init__(self, log_dir: Callable[[], Path], cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
+        self.log_dir, self.cap = log_dir, cap  # asked for (and made) at the first job: most sessions start none
         self.jobs: dict[int, _Job] = {}
         self.exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._lock = threading.Lock()  # a model may start several in parallel tool calls
@@ -78,8 +78,9 @@ class BackgroundJobs:
             if self.closed:
                 raise SandboxError("the sandbox is closed")
             job_id = len(self.jobs) + 1
-            self.log_dir.mkdir(exist_ok=True)  # at the first job: most sessions start none
-            log = self.log_dir / f"process-{job_id}.log"
+            log_dir = self.log_dir()
+            log_dir.mkdir(exist_ok=True)
+            log = log_dir / f"process-{job_id}.log"
             master, slave = os.openpty() if pty else (-1, -1)
             with open(log, "wb") as out:
                 streams = dict(stdin=slave, stdout=slave, stderr=slave) if pty else dict(

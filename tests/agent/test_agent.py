@@ -11,6 +11,7 @@ import pytest
 from hermes_core import AIAgent
 from hermes_core.agent.loop import SUMMARY_REQUEST, resolve_toolsets
 from hermes_core.endpoints.model_client import ModelError
+from hermes_core.sandbox import SandboxError
 
 
 def make_agent(url: str, **options) -> AIAgent:
@@ -173,7 +174,9 @@ def test_sandbox_is_closed_after_the_conversation(sim_url, monkeypatch):
 
     monkeypatch.setattr(bubblewrap.BubblewrapBackend, "open", spy)
     make_agent(sim_url).run_conversation("Run ls")
-    assert len(opened) == 1 and not opened[0].state_dir.exists()
+    assert len(opened) == 1
+    with pytest.raises(SandboxError, match="closed"):
+        opened[0].exec("true")
 
 
 def test_tool_progress_events_bracket_each_call(sim_url):

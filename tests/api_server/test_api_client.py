@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from hermes_core.api_server import ApiServer, SettingsError, load_settings
-from hermes_core.sandbox.bubblewrap import ETC_COPY_PREFIX
-from procs import processes_with, wait_until
+from hermes_core.sandbox.bubblewrap import session_leftovers
+from procs import processes_with, sandbox_sessions, wait_until
 from api_servers import AUTH, KEY, sandbox_root, server, start_server, user  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,16 +55,11 @@ def served(tmp_path: Path, sim_server: Any) -> Any:
     try:
         banner = proc.stdout.readline()
         assert "Hermes API server on http://127.0.0.1:" in banner, proc.stderr.read() if proc.poll() else banner
-        yield banner.split(" on ", 1)[1].split()[0].removesuffix("/v1"), state
+        yield banner.split(" on ", 1)[1].split()[0].removesuffix("/v1"), proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) in (0, -signal.SIGTERM)
-    assert not live_sandboxes(state), "sandboxes left after shutdown"
-
-
-def live_sandboxes(state_root: Path) -> list[str]:
-    return [p.name for p in state_root.iterdir() if not p.name.startswith(ETC_COPY_PREFIX)] if state_root.is_dir() \
-        else []
+    assert session_leftovers(state) == [], "sandboxes left after shutdown"
 
 
 def drive(python: str, base_url: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,7 +83,7 @@ def session(session_id: str, key: str | None = None) -> dict[str, str]:
 
 
 def test_the_typed_client_probes_and_streams_a_session(client_python: str, served: Any) -> None:
-    base_url, state = served
+    base_url, server_pid = served
     report = drive(client_python, base_url, [
         {"prompt": WRITE, "session_id": "chat-one"},
         {"prompt": READ, "session_id": "chat-one"},
@@ -107,7 +102,7 @@ def test_the_typed_client_probes_and_streams_a_session(client_python: str, serve
     assert SECRET not in text_of(first)  # the first turn only wrote the file...
     assert SECRET in text_of(second)  # ...the second turn read it from the same sandbox
     assert "No such file" in text_of(other) and SECRET not in text_of(other)  # another session, another sandbox
-    assert len(live_sandboxes(state)) == 2  # both sessions keep theirs until they expire or the server stops
+    assert len(sandbox_sessions(server_pid)) == 2  # both sessions keep theirs until they expire or the server stops
 
 
 def test_capabilities_and_toolsets_documents(server: ApiServer) -> None:
@@ -173,12 +168,12 @@ def test_sessions_are_evicted_and_expire_closing_their_sandboxes(start_server: A
     srv = start_server(max_sessions=1, session_idle_s=1.5)
     sessions = srv.app.state.sessions
     assert post(srv.base_url, WRITE, session("old")).status_code == 200
-    assert [p for p in live_sandboxes(sandbox_root) if p.startswith(sessions.sessions["old"].task_id)]
-    old_prefix = sessions.sessions["old"].task_id
+    old = set(sandbox_sessions(os.getpid()))
+    assert len(old) == 1
     assert post(srv.base_url, WRITE, session("new")).status_code == 200  # room for one: "old" is evicted
     assert list(sessions.sessions) == ["new"] and sessions.closed == 1
-    assert wait_until(lambda: not [p for p in live_sandboxes(sandbox_root) if p.startswith(old_prefix)], 10)
-    assert wait_until(lambda: len(sessions) == 0 and not live_sandboxes(sandbox_root), 10)  # idle: expired
+    assert wait_until(lambda: not old & set(sandbox_sessions(os.getpid())), 10)
+    assert wait_until(lambda: len(sessions) == 0 and not sandbox_sessions(os.getpid()), 10)  # idle: expired
     assert sessions.closed == 2
     # Once an id's tombstone has expired too (another idle TTL), the id is free for a new session.
     assert wait_until(lambda: not sessions.tombstones, 10)  # the sweeper forgets them

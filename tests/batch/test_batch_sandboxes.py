@@ -82,8 +82,11 @@ def test_missing_images_stop_the_run_at_preflight_listing_all(isolated_homes, si
 def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_reaps(
         isolated_homes, sim_server, local_images):
     tag = marker()
-    dataset = write_dataset(isolated_homes / "d.jsonl",
-                            [{"prompt": f"Wait [sim:command=sleep {tag}]"}, {"prompt": f"Wait more [sim:command=sleep {tag}]"}])
+    # With an image, a session is a bubblewrap of its own whose state folder (in this test's state root)
+    # exists from its start: the count below is of those. The slot cgroups, named for the crashed run,
+    # can be reaped first by a run on the other test worker. (Without an image, test_sandbox_bubblewrap.)
+    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": f"Wait [sim:command=sleep {tag}]", "image": TEST_IMAGE},
+                                                         {"prompt": f"Wait more [sim:command=sleep {tag}]", "image": TEST_IMAGE}])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     batch = subprocess.Popen(
         [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=crash", f"--base_url={sim_server.base_url}",
@@ -112,7 +115,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_r
     quick = write_dataset(isolated_homes / "q.jsonl", [{"prompt": "hi [sim:command=true]"}])
     assert run(quick, sim_server.base_url, run_name="after") == 0
     stats = json.loads((isolated_homes / "data" / "after" / "statistics.json").read_text())
-    # At least the crashed run's two sandboxes: a run on the other test worker may have died too.
+    # At least the crashed run's two sandboxes (a run on the other test worker may have died too).
     assert stats["sandbox"]["reaped_leftovers"] >= 2 and crashed() == []
     assert not any((isolated_homes / "sandboxes").iterdir()) if (isolated_homes / "sandboxes").exists() else True
 

@@ -280,6 +280,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_reap_cleans(lo
     child.wait()
     assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=3), processes_with(f"sleep {tag}")
     with local.open("alive") as mine:
+        mine.spawn("true")  # its folder (made at the first background command) must survive the reap
         assert Path(state_dir).is_dir() and local.reap() >= 1
         assert not Path(state_dir).exists() and mine.state_dir.is_dir()
         assert local.hierarchy is None or cgroup_name not in str(session_leftovers(local.state_root))

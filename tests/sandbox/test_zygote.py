@@ -114,7 +114,8 @@ def test_hostile_sessions_one_after_another_leave_nothing_behind(local: Bubblewr
             with pytest.raises(SandboxFailed, match="stopped while running a command"):
                 box.exec("kill -9 -1")  # kills its own supervisor too: this sample's sandbox fails, clearly
     assert wait_until(lambda: not processes_with(f"sleep {tag}"), timeout=5)
-    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads, timeout=5)
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads, timeout=5), (
+        fds, open_fds(), threads, [thread.name for thread in threading.enumerate()])  # what a rare CI failure left
     assert slot.cgroup.pids() == members  # the zygote, its bubblewrap and launcher: nothing of a session
     assert sorted(local.state_root.iterdir()) == []
 
