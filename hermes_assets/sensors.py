@@ -129,10 +129,15 @@ def partition_changes(
         ([dg.DeleteDynamicPartitionsRequest(name, orphans)] if orphans else [])
 
 
+# Dagster's in-progress statuses leave out a queued run (up to the queue's dequeue interval before it
+# starts): a tick in that second requested the same phase again, and a refresh ran two finalize runs.
+_NOT_FINISHED = [dg.DagsterRunStatus.QUEUED, *IN_PROGRESS_RUN_STATUSES]
+
+
 def _in_flight(instance: dg.DagsterInstance, run: str) -> list[str]:
     """Ids of runs of this run's jobs (from a sensor, the CLI or the Launchpad) that are queued or going."""
     jobs = (plan_job_name(run), raw_job_name(run), finalize_job_name(run))
-    return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
+    return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=_NOT_FINISHED))
             if r.job_name in jobs]
 
 
@@ -214,6 +219,9 @@ def follow(context: dg.RunStatusSensorContext, recipe: Recipe, data_root: Path) 
     if REFRESH_TAG not in finished.tags:
         return dg.SkipReason(f"run {finished.run_id} was not started by the dataset sensor")
     paths, run = RunPaths(run_dir(data_root, recipe.run_name)), recipe.run_name
+    if going := [i for i in _in_flight(context.instance, run) if i != finished.run_id]:  # e.g. a tick came first
+        return dg.SkipReason(f"run(s) {', '.join(going)} of this refresh are queued or going; the next phase is "
+                             "requested once they end")
     tags = {k: v for k, v in finished.tags.items() if k.startswith("hermes/")}  # bookkeeping ones are hidden
     if finished.job_name == plan_job_name(run) and (pending := pipeline.plan(recipe, paths).partitions):
         request = batches_request(recipe, pending, open_ledger(paths.raw).records_per_partition, tags)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.events import DagsterEvent
 
 from hermes_assets.cli import batch_main
 from hermes_assets.datasets_sensor import DATASETS_SENSOR
 from hermes_assets.definitions import build_definitions
+from hermes_assets.launch import job_origin
 from hermes_assets.resources import ModelEndpointResource
 from hermes_assets.slots import PID_TAG
 from hermes_assets.versions import dataset_state
@@ -83,6 +85,15 @@ class Daemon:
             sensor_name=CHAIN_SENSOR, dagster_instance=self.instance, dagster_run=run,
             dagster_event=event.dagster_event, context=None)
         return chain._run_status_sensor_fn(context)  # noqa: SLF001 - the sensor's body, as the daemon calls it
+
+
+def queued_run(instance: dg.DagsterInstance, job: dg.JobDefinition, tags: dict[str, str]) -> dg.DagsterRun:
+    """A run waiting in the run queue, enqueued as the queued run coordinator does it (a run created
+    queued needs a code location's origin)."""
+    run = instance.create_run_for_job(job, tags=tags, remote_job_origin=job_origin(job.name))
+    instance.report_dagster_event(DagsterEvent.job_enqueue(run), run_id=run.run_id)
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.QUEUED
+    return run
 
 
 def batch_range(request: dg.RunRequest) -> tuple[str, str]:
@@ -175,6 +186,25 @@ def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url
     cli_run = daemon.instance.get_runs(filters=dg.RunsFilter(tags={"hermes/run": "t1"}))[-1]
     assert REFRESH_TAG not in cli_run.tags  # the chain leaves runs it did not start alone
     assert len(ledger(data_root() / "t1")) == 5
+
+
+def test_the_refresh_chain_waits_while_another_run_of_the_refresh_is_queued_or_going(isolated_homes, sim_url):
+    """The chain's next phase is keyed to the state it sees: a batch run that a dataset sensor's tick (or
+    the Launchpad) started meanwhile moved that state, so the chain requested the batches a second time,
+    then a second finalize run (seen in the UI refresh test)."""
+    dataset = isolated_homes / "d.jsonl"
+    write_rows(dataset, PROMPTS[:2])
+    assert cli(dataset, sim_url) == 0
+    daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
+    write_rows(dataset, NEW_ROWS, mode="a")
+    (plan,), _ = daemon.tick()
+    planned = daemon.execute(plan)
+    launched = queued_run(daemon.instance, daemon.defs.resolve_job_def(raw_job_name("t1")), {"hermes/run": "t1"})
+    skipped = daemon.follow(planned)
+    assert isinstance(skipped, dg.SkipReason) and launched.run_id in skipped.skip_message
+    assert "queued or going" in skipped.skip_message
+    daemon.instance.delete_run(launched.run_id)  # gone (say, canceled before it started): the chain goes on
+    assert daemon.follow(planned).job_name == raw_job_name("t1")
 
 
 def test_a_failed_batch_is_retried_until_terminal_then_finalized(isolated_homes, sim_url):
@@ -276,7 +306,10 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
         build_definitions()
 
 
-def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url):
+@pytest.mark.parametrize("status", [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTED])
+def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url, status):
+    """Queued counts: Dagster's in-progress statuses leave it out, and a tick in the second before a
+    queued run started requested the same phase again (a refresh in the UI ran two finalize runs)."""
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:1])
     assert cli(dataset, sim_url) == 0
@@ -285,10 +318,12 @@ def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url):
     write_rows(dataset, NEW_ROWS[:1], mode="a")
     assert daemon.execute(daemon.tick()[0][0]).success
     (request,), _ = daemon.tick()
-    job = daemon.defs.resolve_job_def(request.job_name)
-    daemon.instance.create_run_for_job(job, tags={"dagster/partition": batch_range(request)[0]},  # the Launchpad's
-                                       asset_selection=frozenset({dg.AssetKey(["t1", "raw_trajectories"])}),
-                                       status=dg.DagsterRunStatus.STARTED)
+    tags = {"dagster/partition": batch_range(request)[0]}  # the Launchpad's
+    if status == dg.DagsterRunStatus.QUEUED:
+        queued_run(daemon.instance, daemon.defs.resolve_job_def(request.job_name), tags)
+    else:
+        daemon.instance.create_run_for_job(daemon.defs.resolve_job_def(request.job_name), tags=tags, status=status,
+                                           asset_selection=frozenset({dg.AssetKey(["t1", "raw_trajectories"])}))
     daemon.launched.clear()  # forget what was launched: only the instance's view of the run stops a duplicate
     requests, skip = daemon.tick()
     assert requests == [] and "queued or going" in skip
