@@ -162,14 +162,19 @@ def test_a_command_that_plans_the_same_rows_again_counts_as_a_finished_planning(
     assert request.job_name == finalize_job_name("t1")
 
 
-def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url):
+def planned_refresh(isolated_homes: Path, sim_url: str) -> tuple[Daemon, dg.ExecuteInProcessResult]:
+    """A run of two rows, three rows appended, and the dataset sensor's planning run of them, executed."""
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:2])
     assert cli(dataset, sim_url) == 0
     daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
     write_rows(dataset, NEW_ROWS, mode="a")
     (plan,), _ = daemon.tick()
-    planned = daemon.execute(plan)
+    return daemon, daemon.execute(plan)
+
+
+def test_the_refresh_chain_requests_each_next_phase_once(isolated_homes, sim_url):
+    daemon, planned = planned_refresh(isolated_homes, sim_url)
     batches = daemon.follow(planned)  # at once, not at the dataset sensor's next tick
     assert batches.job_name == raw_job_name("t1") and batches.run_key == f"after:{planned.run_id}"
     assert batches.tags["hermes/run"] == "t1" and PID_TAG not in batches.tags
@@ -192,13 +197,7 @@ def test_the_refresh_chain_waits_while_another_run_of_the_refresh_is_queued_or_g
     """The chain's next phase is keyed to the state it sees: a batch run that a dataset sensor's tick (or
     the Launchpad) started meanwhile moved that state, so the chain requested the batches a second time,
     then a second finalize run (seen in the UI refresh test)."""
-    dataset = isolated_homes / "d.jsonl"
-    write_rows(dataset, PROMPTS[:2])
-    assert cli(dataset, sim_url) == 0
-    daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
-    write_rows(dataset, NEW_ROWS, mode="a")
-    (plan,), _ = daemon.tick()
-    planned = daemon.execute(plan)
+    daemon, planned = planned_refresh(isolated_homes, sim_url)
     launched = queued_run(daemon.instance, daemon.defs.resolve_job_def(raw_job_name("t1")), {"hermes/run": "t1"})
     skipped = daemon.follow(planned)
     assert isinstance(skipped, dg.SkipReason) and launched.run_id in skipped.skip_message
