@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES, ExecResult, ProcessStatus, SandboxError, find_job
-from hermes_core.sandbox.output import pump_to_log, read_capped_file
+from hermes_core.sandbox.base import ExecResult, ProcessStatus, SandboxError, find_job
+from hermes_core.sandbox.output import LogBudget, pump_to_log, read_capped_file
 from hermes_core.sandbox.processes import (DRAIN_GRACE_S, group_alive, kill_process_group, popen_lasting, run_command,
                                            shell_exit_code, stop_groups)
 
@@ -24,15 +24,17 @@ class _Job:
     proc: subprocess.Popen
     log: Path
     stdin: BinaryIO | None  # the pipe to its stdin, or the master side of its pseudo-terminal
-    pump: threading.Thread | None = None  # copies a pseudo-terminal's output into the log
+    pump: threading.Thread  # copies its output (a pipe or the terminal) into the log, within the budget
+    pty: bool = False
 
 
 class BackgroundJobs:
     """A session's background commands: each in its own process group, output to a log file kept
     outside the sandbox's files, numbered 1, 2, ... (small ids, easy for a model to quote)."""
 
-    def __init__(self, log_dir: Callable[[], Path], cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> None:
+    def __init__(self, log_dir: Callable[[], Path], cap: int, log_limit: int) -> None:
         self.log_dir, self.cap = log_dir, cap  # asked for (and made) at the first job: most sessions start none
+        self.budget = LogBudget(log_limit)  # every job's log on the host, together
         self.jobs: dict[int, _Job] = {}
         self.exec_groups: set[int] = set()  # groups of `exec` commands that left processes behind
         self._lock = threading.Lock()  # a model may start several in parallel tool calls
@@ -81,27 +83,24 @@ class BackgroundJobs:
             log_dir = self.log_dir()
             log_dir.mkdir(exist_ok=True)
             log = log_dir / f"process-{job_id}.log"
-            master, slave = os.openpty() if pty else (-1, -1)
-            with open(log, "wb") as out:
-                streams = dict(stdin=slave, stdout=slave, stderr=slave) if pty else dict(
-                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
-                try:
-                    proc = popen_lasting(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
-                                         **streams)  # type: ignore[call-overload]
-                except OSError as exc:
-                    if pty:
-                        os.close(master)
-                    raise SandboxError(f"could not start command: {exc}") from exc
-                finally:
-                    if pty:
-                        os.close(slave)
-            if not pty:
-                self.jobs[job_id] = _Job(command, proc, log, proc.stdin)
-                return job_id
-            writer = open(os.dup(master), "wb", buffering=0)  # before the pump may close `master`
-            pump = threading.Thread(target=pump_to_log, args=(master, log), daemon=True)
+            log.write_bytes(b"")
+            # Never the log file itself as its output: a pump keeps the log within the budget.
+            master, slave = os.openpty() if pty else os.pipe()
+            streams = dict(stdin=slave, stdout=slave, stderr=slave) if pty else dict(
+                stdin=subprocess.PIPE, stdout=slave, stderr=subprocess.STDOUT)
+            try:
+                proc = popen_lasting(argv, cwd=cwd, env=env, start_new_session=True, pass_fds=pass_fds,
+                                     **streams)  # type: ignore[call-overload]
+            except OSError as exc:
+                os.close(master)
+                raise SandboxError(f"could not start command: {exc}") from exc
+            finally:
+                os.close(slave)
+            # A terminal's input is its master side, opened before the pump may close `master`.
+            writer = open(os.dup(master), "wb", buffering=0) if pty else proc.stdin
+            pump = threading.Thread(target=pump_to_log, args=(master, log, self.budget), daemon=True)
             pump.start()
-            self.jobs[job_id] = _Job(command, proc, log, writer, pump)
+            self.jobs[job_id] = _Job(command, proc, log, writer, pump, pty)
             return job_id
 
     def write_stdin(self, job_id: int, data: bytes) -> None:
@@ -121,7 +120,7 @@ class BackgroundJobs:
         job = find_job(self.jobs, job_id)
         if job.proc.poll() is not None:
             raise SandboxError(f"background process {job_id} has already finished")
-        if job.pump is not None:
+        if job.pty:
             self.write_stdin(job_id, b"\x04")
         elif job.stdin is not None:
             _close_quietly(job.stdin)
@@ -129,8 +128,8 @@ class BackgroundJobs:
     def poll(self, job_id: int) -> ProcessStatus:
         job = find_job(self.jobs, job_id)
         returncode = job.proc.poll()
-        if returncode is not None and job.pump is not None:
-            job.pump.join(timeout=DRAIN_GRACE_S)  # the terminal's last output, before reporting the exit
+        if returncode is not None:
+            job.pump.join(timeout=DRAIN_GRACE_S)  # its last output, before reporting the exit
         output, truncated = read_capped_file(job.log, self.cap)
         return ProcessStatus(process_id=job_id, command=job.command, running=returncode is None,
                              exit_code=None if returncode is None else shell_exit_code(returncode),

@@ -4,6 +4,8 @@ truncation marker, and the note for commands whose background children kept thei
 from __future__ import annotations
 
 import os
+import select
+import threading
 from pathlib import Path
 
 from hermes_core.sandbox.base import DEFAULT_OUTPUT_CAP_BYTES
@@ -69,9 +71,31 @@ def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[s
     return join_head_tail(head, tail, size - len(head) - len(tail)), True
 
 
-def pump_to_log(fd: int, log: Path) -> None:
-    """Append what arrives on `fd` (a pseudo-terminal's master side) to `log` until every writer is
-    gone, then close `fd`. Runs in its own thread: a terminal, unlike a file, needs a reader."""
+LOG_FULL_NOTE = (b"\n[hermes: this session's background output reached its limit (the sandbox's disk quota, "
+                 b"HERMES_SANDBOX_DISK_MB); nothing more is read, so the command now waits on its output]\n")
+
+
+class LogBudget:
+    """What a session's background commands may still write to their logs on the host, together: the
+    session's disk quota. Their output is a model's, so it must not fill the host's disk (`yes` wrote
+    2.7 GB there in 2 s)."""
+
+    def __init__(self, limit: int) -> None:
+        self.left, self._lock = limit, threading.Lock()
+
+    def take(self, wanted: int) -> int:
+        """How many of `wanted` bytes may be written (all, some, or none once the budget is spent)."""
+        with self._lock:
+            granted = min(wanted, self.left)
+            self.left -= granted
+            return granted
+
+
+def pump_to_log(fd: int, log: Path, budget: LogBudget) -> None:
+    """Append what arrives on `fd` (a pipe, or a pseudo-terminal's master side) to `log` until every
+    writer is gone, then close `fd`. Runs in its own thread. Past `budget` nothing more is read: the
+    writers block on their output as on a full disk (no host disk, no CPU spent on them), and `fd`
+    is held until they are gone, so none of them dies of a closed pipe."""
     with open(log, "ab", buffering=0) as out:
         while True:
             try:
@@ -80,5 +104,18 @@ def pump_to_log(fd: int, log: Path) -> None:
                 break
             if not chunk:
                 break
-            out.write(chunk)
+            granted = budget.take(len(chunk))
+            out.write(chunk[:granted])
+            if granted < len(chunk):
+                out.write(LOG_FULL_NOTE)
+                _wait_for_hangup(fd)
+                break
     os.close(fd)
+
+
+def _wait_for_hangup(fd: int) -> None:
+    """Block until every writer of `fd` is gone, reading nothing."""
+    watch = select.poll()
+    watch.register(fd, 0)  # no events asked for: only a hang-up or an error is reported
+    while not any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in watch.poll()):
+        pass

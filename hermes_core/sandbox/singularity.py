@@ -86,7 +86,7 @@ class SingularitySandbox(BackgroundJobsMixin, Sandbox):
         for folder in (self.workdir, self.scratch, state_dir / "logs"):
             folder.mkdir()
         self.env = _host_env(executable)
-        self.jobs = BackgroundJobs(lambda: state_dir / "logs", settings.output_cap_bytes)
+        self.jobs = BackgroundJobs(lambda: state_dir / "logs", settings.output_cap_bytes, settings.disk_mb << 20)
         self._closed = False
 
     def _argv(self, command: str) -> list[str]:

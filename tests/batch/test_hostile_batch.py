@@ -1,5 +1,6 @@
 """A batch where a model is the attacker (issue 28): its tool calls write host kernel settings, build
-a 1,200-deep folder and send execute_code's channel a 9 MiB request, among innocent samples. The
+a 1,200-deep folder, send execute_code's channel a 9 MiB request and flood a background command's log
+on the host, among innocent samples. The
 innocent samples are kept, the attacks change nothing on the host and cost only themselves, the
 orchestrator keeps no file descriptor, and the next run on the same state root is unharmed."""
 
@@ -25,6 +26,7 @@ CALLS = {
     "knobs": ("terminal", {"command": knob_writes()[0]}),
     "deep": ("terminal", {"command": BUILD_COMMAND}),
     "rpc": ("execute_code", {"code": BIG_REQUEST}),
+    "flood": ("terminal", {"command": "yes flood-the-host-disk", "background": True}),  # logged on the host
     **{f"fine-{n}": ("terminal", {"command": f"echo fine-{n}"}) for n in range(INNOCENT)},
 }
 DISTRIBUTIONS = "distributions:\n  attack:\n    description: terminal and code\n" \
@@ -47,6 +49,7 @@ def run(home: Path, upstream: Upstream, name: str, rows: list[dict]) -> int:
 def test_attacks_cost_only_themselves(isolated_homes, attacker_upstream, monkeypatch, no_deep_tree_left):
     state_root = isolated_homes / "sandboxes"
     monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(state_root))
+    monkeypatch.setenv("HERMES_SANDBOX_DISK_MB", "64")  # room for the 9 MiB request
     knobs_before = {knob: Path(knob).read_text() for knob in KNOBS if Path(knob).exists() and "trigger" not in knob}
     fds_before = open_fds()
 
@@ -59,7 +62,8 @@ def test_attacks_cost_only_themselves(isolated_homes, attacker_upstream, monkeyp
     assert "WROTE" not in outputs[0] and outputs[0].count("Read-only file system") == knob_writes()[1]
     assert "built" in outputs[1]
     assert "is larger than 1 MiB" in outputs[2] and "still-served" in outputs[2], outputs[2]
-    assert [f"fine-{n}" in outputs[3 + n] for n in range(INNOCENT)] == [True] * INNOCENT
+    assert '"session_id"' in outputs[3], outputs[3]  # started; its log stops at the (small) disk quota
+    assert [f"fine-{n}" in outputs[4 + n] for n in range(INNOCENT)] == [True] * INNOCENT
     assert {knob: Path(knob).read_text() for knob in knobs_before} == knobs_before
     assert open_fds() == fds_before  # every sandbox, server and channel fd released
 

@@ -9,6 +9,8 @@ import os
 import resource
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -17,6 +19,8 @@ import pytest
 from hermes_core.sandbox import SandboxBackend, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.local import PlainBackend
+from hermes_core.sandbox.output import LOG_FULL_NOTE
+from procs import open_fds, processes_with, wait_until
 from hermes_core.sandbox.trees import remove_tree
 from leftover_trees import (BUILD_COMMAND, DEPTH, dead_owner_session, deep_tree, immutable,  # noqa: F401
                             no_deep_tree_left)  # (fixture)
@@ -178,3 +182,25 @@ def test_reaping_removes_dead_sessions_and_skips_what_stays(tmp_path: Path, name
     assert warnings and all(f"could not remove all of {stuck}: 1 entry stayed" in w for w in warnings)
     # The folder's name says its owner is dead, and it stays: the next reap tries again (and says so again).
     assert len(warnings) == 2
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_models_background_output_stays_within_the_disk_quota_on_the_host(tmp_path: Path, name: str) -> None:
+    """A background command's output is logged on the host; `yes` there wrote 2.7 GB in 2 s. The logs of
+    a session's background commands now share its disk quota: past it nothing more is read, the command
+    waits on its output (it is not killed) and says so; closing ends it and leaves no fd, thread or file."""
+    settings = SandboxSettings(state_root=tmp_path / "state", disk_mb=4)
+    backend = PlainBackend(settings) if name == "plain" else BubblewrapBackend(settings, hierarchy=None)
+    fds, threads = open_fds(), threading.active_count()
+    box = backend.open("flood")
+    flood = box.spawn("yes flood-flood-flood")
+    late = box.spawn("sleep 1; echo late")
+    assert wait_until(lambda: "reached its limit" in box.poll(flood).output)
+    time.sleep(1.5)  # the late one's output comes after the budget is spent
+    on_host = sum(path.stat().st_size for path in settings.state_root.rglob("*") if path.is_file())
+    assert on_host <= (4 << 20) + 2 * len(LOG_FULL_NOTE), on_host
+    assert box.poll(flood).running and "reached its limit" in box.poll(late).output
+    box.close()
+    backend.close()
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
+    assert not processes_with("yes flood-flood-flood") and list(settings.state_root.iterdir()) == []
