@@ -75,7 +75,8 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
         self.session_id, self._state, self.cwd, self.cgroup = session_id, state, cwd, slot.cgroup
         self.command_timeout, self.output_cap = settings.command_timeout_s, settings.output_cap_bytes
         self.env = sanitized_env(cwd, {"PATH": DEFAULT_PATH})  # HOME = cwd
-        self.jobs = BackgroundJobs(lambda: state.path / "logs", self.output_cap, settings.disk_mb << 20)  # not self: no cycle to collect
+        # Through `state`, not `self`: no reference cycle to wait for the collector.
+        self.jobs = BackgroundJobs(lambda: state.path / "logs", self.output_cap, settings.disk_mb << 20)
         self._slot, self._give_back = slot, give_back
         self._fds: dict[str, int] = {} if slot.net_fd is None else {"net": slot.net_fd}
         self._closed = False

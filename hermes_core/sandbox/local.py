@@ -38,7 +38,8 @@ class PlainSandbox(BackgroundJobsMixin, Sandbox):
         target.mkdir(parents=True, exist_ok=True)
         self.cwd = str(target)
         self.env = sanitized_env(str(self.workdir))
-        self.jobs = BackgroundJobs(lambda: state_dir, self.output_cap, settings.disk_mb << 20)  # logs outside the workdir: commands can't clobber them
+        # Logs outside the workdir: commands can't clobber them.
+        self.jobs = BackgroundJobs(lambda: state_dir, self.output_cap, settings.disk_mb << 20)
         self._closed = False
 
     def _check_open(self) -> None:

@@ -221,9 +221,9 @@ def _own_start_time(pid: int) -> str | None:  # keyed by pid: a forked worker ha
 
 def owned_folder(parent: Path, session_id: str, suffix: str = "") -> Path:
     """A new private folder in `parent` for a session's state, named for the session (folder-name-safe,
-    bounded) and its owner (`owner_tag`) for `orphaned`. No owner file: creating an inode is the costly part of a session's
-    host files where the file system is ext4 without a journal, which skips every inode deleted in the
-    last minutes to find a free one (at 1,024 sessions, ~1 ms of kernel time per inode)."""
+    bounded) and its owner (`owner_tag`) for `orphaned`. No owner file: creating an inode is the costly
+    part of a session's host files where the file system is ext4 without a journal, which skips every
+    inode deleted in the last minutes to find a free one (at 1,024 sessions, ~1 ms of kernel time each)."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48] or "session"
     return Path(tempfile.mkdtemp(prefix=f"{name}-o{owner_tag('.')}-", suffix=suffix, dir=parent))
 

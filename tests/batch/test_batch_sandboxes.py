@@ -85,8 +85,9 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process_and_the_next_run_r
     # With an image, a session is a bubblewrap of its own whose state folder (in this test's state root)
     # exists from its start: the count below is of those. The slot cgroups, named for the crashed run,
     # can be reaped first by a run on the other test worker. (Without an image, test_sandbox_bubblewrap.)
-    dataset = write_dataset(isolated_homes / "d.jsonl", [{"prompt": f"Wait [sim:command=sleep {tag}]", "image": TEST_IMAGE},
-                                                         {"prompt": f"Wait more [sim:command=sleep {tag}]", "image": TEST_IMAGE}])
+    dataset = write_dataset(isolated_homes / "d.jsonl", [
+        {"prompt": f"Wait [sim:command=sleep {tag}]", "image": TEST_IMAGE},
+        {"prompt": f"Wait more [sim:command=sleep {tag}]", "image": TEST_IMAGE}])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     batch = subprocess.Popen(
         [str(BIN / "hermes-batch"), f"--dataset_file={dataset}", "--run_name=crash", f"--base_url={sim_server.base_url}",
