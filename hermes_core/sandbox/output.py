@@ -73,6 +73,10 @@ def read_capped_file(path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> tuple[s
 
 LOG_FULL_NOTE = (b"\n[hermes: this session's background output reached its limit (the sandbox's disk quota, "
                  b"HERMES_SANDBOX_DISK_MB); nothing more is read, so the command now waits on its output]\n")
+HOST_FULL_NOTE = (b"\n[hermes: the host's disk that holds sandbox state is nearly full; nothing more of this output "
+                  b"is read, so the command now waits on its output]\n")
+HOST_RESERVE_FRACTION = 10  # 1/10 of the file system the logs are on stays free ...
+HOST_RESERVE_MAX = 2 << 30  # ... or 2 GiB, whichever is less
 
 
 class LogBudget:
@@ -91,11 +95,21 @@ class LogBudget:
             return granted
 
 
+def host_room(fd: int) -> int:
+    """Bytes the file system of `fd` can still take before its free space falls below the reserve that
+    sandbox logs never touch (HOST_RESERVE_*): a run's many sessions, each within its own quota,
+    must not fill the host's disk (or, on a tmpfs /tmp, its memory) together."""
+    fs = os.fstatvfs(fd)
+    reserve = min(fs.f_blocks * fs.f_frsize // HOST_RESERVE_FRACTION, HOST_RESERVE_MAX)
+    return fs.f_bavail * fs.f_frsize - reserve
+
+
 def pump_to_log(fd: int, log: Path, budget: LogBudget) -> None:
     """Append what arrives on `fd` (a pipe, or a pseudo-terminal's master side) to `log` until every
-    writer is gone, then close `fd`. Runs in its own thread. Past `budget` nothing more is read: the
-    writers block on their output as on a full disk (no host disk, no CPU spent on them), and `fd`
-    is held until they are gone, so none of them dies of a closed pipe."""
+    writer is gone, then close `fd`. Runs in its own thread. Past `budget`, or once the host's file
+    system is down to its reserve, nothing more is read: the writers block on their output as on a
+    full disk (no host disk, no CPU spent on them), and `fd` is held until they are gone, so none of
+    them dies of a closed pipe."""
     with open(log, "ab", buffering=0) as out:
         while True:
             try:
@@ -105,9 +119,18 @@ def pump_to_log(fd: int, log: Path, budget: LogBudget) -> None:
             if not chunk:
                 break
             granted = budget.take(len(chunk))
-            out.write(chunk[:granted])
-            if granted < len(chunk):
-                out.write(LOG_FULL_NOTE)
+            full = LOG_FULL_NOTE if granted < len(chunk) else None
+            try:
+                if host_room(out.fileno()) < granted:
+                    granted, full = 0, HOST_FULL_NOTE
+                out.write(chunk[:granted])
+            except OSError:  # ENOSPC or a quota: full all the same
+                full = HOST_FULL_NOTE
+            if full:
+                try:
+                    out.write(full)
+                except OSError:
+                    pass  # no room even for the note: the log ends where it is
                 _wait_for_hangup(fd)
                 break
     os.close(fd)

@@ -19,7 +19,7 @@ import pytest
 from hermes_core.sandbox import SandboxBackend, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.local import PlainBackend
-from hermes_core.sandbox.output import LOG_FULL_NOTE
+from hermes_core.sandbox.output import HOST_FULL_NOTE, LOG_FULL_NOTE
 from procs import open_fds, processes_with, wait_until
 from hermes_core.sandbox.trees import remove_tree
 from leftover_trees import (BUILD_COMMAND, DEPTH, dead_owner_session, deep_tree, immutable,  # noqa: F401
@@ -202,5 +202,40 @@ def test_a_models_background_output_stays_within_the_disk_quota_on_the_host(tmp_
     assert box.poll(flood).running and "reached its limit" in box.poll(late).output
     box.close()
     backend.close()
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
+    assert not processes_with("yes flood-flood-flood") and list(settings.state_root.iterdir()) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 40 MiB file system of its own (a tmpfs), unmounted at the end of the test."""
+    point = tmp_path / "small"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(point)], check=True)
+    yield point
+    subprocess.run(["umount", str(point)], check=True)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_many_sessions_within_their_quotas_never_fill_the_hosts_disk(small_disk: Path, name: str) -> None:
+    """Each session's quota (here 64 MB, above the disk's 40) does not bound a run's sessions together:
+    1,024 of them at the default 1 GiB could fill a host's disk, or its memory with /tmp on a tmpfs.
+    The logs stop once the file system is down to its reserve (a tenth of it here), and each command
+    then waits on its output and says why; closing leaves no fd, thread or file."""
+    settings = SandboxSettings(state_root=small_disk / "state", disk_mb=64)
+    backend = PlainBackend(settings) if name == "plain" else BubblewrapBackend(settings, hierarchy=None)
+    fds, threads = open_fds(), threading.active_count()
+    boxes = [backend.open(f"flood{i}") for i in range(3)]
+    try:
+        floods = [(box, box.spawn("yes flood-flood-flood")) for box in boxes]
+        assert wait_until(lambda: all("nearly full" in box.poll(job).output for box, job in floods), timeout=30)
+        disk = os.statvfs(small_disk)
+        reserve, free = disk.f_blocks * disk.f_frsize // 10, disk.f_bavail * disk.f_frsize
+        assert free >= reserve - len(floods) * (65536 + len(HOST_FULL_NOTE)), (free, reserve)
+        assert all(box.poll(job).running for box, job in floods)  # waiting on their output, not killed
+    finally:
+        for box in boxes:
+            box.close()
+        backend.close()
     assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
     assert not processes_with("yes flood-flood-flood") and list(settings.state_root.iterdir()) == []
