@@ -16,10 +16,16 @@ def marker() -> str:
     return f"{4000 + uuid.uuid4().int % 5000}.{uuid.uuid4().int % 1000:03d}"
 
 
+def process_folders() -> list[Path]:
+    """/proc/<pid> of every process now. Not `Path("/proc").glob("[0-9]*/cmdline")`: pathlib's glob
+    raises ProcessLookupError for a process that exits while it looks."""
+    return [Path("/proc") / name for name in os.listdir("/proc") if name.isdigit()]
+
+
 def processes_with(text: str) -> list[str]:
     """Command lines of live (non-zombie) host processes that contain `text`."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for cmdline in (folder / "cmdline" for folder in process_folders()):
         try:
             raw = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if text in raw and "State:\tZ" not in (cmdline.parent / "status").read_text():
@@ -31,7 +37,7 @@ def processes_with(text: str) -> list[str]:
 
 def host_uid_of(command: str) -> int | None:
     """The host uid of the live process whose command line is `command` (arguments space-separated)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for cmdline in (folder / "cmdline" for folder in process_folders()):
         try:
             if cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace").strip() == command:
                 status = (cmdline.parent / "status").read_text()

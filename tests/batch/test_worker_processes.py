@@ -23,7 +23,7 @@ from hermes_core.batch.ledger import Ledger
 from hermes_core.batch.workers import run_in_processes
 from hermes_core.config import data_root
 from hermes_core.endpoints.simulated import SimulatedModelServer
-from procs import wait_until
+from procs import process_folders, wait_until
 
 HERMES_BATCH = str(Path(sys.executable).with_name("hermes-batch"))
 
@@ -58,7 +58,7 @@ def workers_of(pid: int) -> list[int]:
     except OSError:
         return []
     found = []
-    for entry in Path("/proc").glob("[0-9]*"):
+    for entry in process_folders():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if int(fields[1]) == pid and fields[0] not in ("Z", "X") and (entry / "cmdline").read_bytes() == command:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hermes_core.sandbox import SandboxBackend, SandboxSettings
+from procs import process_folders
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 FAKE_APPTAINER = FAKES / "bin" / "apptainer"
@@ -44,7 +45,7 @@ def leftovers(tmp_path: Path) -> list[str]:
     state_root = tmp_path / "state"
     found = [str(path) for path in sorted(state_root.glob("*"))] if state_root.is_dir() else []
     found += [f"cgroup {path}" for path in _fakebox().new_stale_cgroups("apptainer", tmp_path)]
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for cmdline in (folder / "cmdline" for folder in process_folders()):
         try:
             if str(state_root).encode() in cmdline.read_bytes():
                 found.append(f"process {cmdline.parent.name}")

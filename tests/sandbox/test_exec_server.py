@@ -23,7 +23,7 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import exec_server
 from hermes_core.sandbox.exec_server import ExecServer, server_binary
 from hermes_core.sandbox.zygote import Zygote
-from procs import ignoring, marker, open_fds, processes_with, wait_until
+from procs import ignoring, marker, open_fds, process_folders, processes_with, wait_until
 
 pytestmark = pytest.mark.skipif(server_binary() is None, reason="no C compiler: commands run one bubblewrap each")
 
@@ -331,7 +331,7 @@ def test_a_server_that_never_gets_ready_is_named_for_what_happened(tmp_path: Pat
 
 def _pid_running(argv: list[str]) -> int:
     wanted = b"".join(arg.encode() + b"\0" for arg in argv)
-    for path in Path("/proc").glob("[0-9]*/cmdline"):
+    for path in (folder / "cmdline" for folder in process_folders()):
         try:
             if path.read_bytes() == wanted:
                 return int(path.parent.name)
