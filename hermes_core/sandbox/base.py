@@ -39,6 +39,9 @@ class SandboxSettings:
     memory_mb: int = 2048
     pids: int = 512
     cpus: float = 1.0
+    # All sandboxes of the host together (0: half its memory, half its process ids); see cgroups.host_share.
+    host_memory_mb: int = 0
+    host_pids: int = 0
     # The local backend's writable folders (workspace and /tmp, or an image's writable layer) are each
     # a tmpfs of this size: a full one fails the write with "No space left on device".
     disk_mb: int = 1024

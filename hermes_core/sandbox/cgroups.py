@@ -74,6 +74,64 @@ def _write(path: Path, value: str) -> None:
         handle.write(value)
 
 
+def _v2_parent(mount: Path) -> set[str]:
+    """Make the v2 parent folder, its controllers enabled for it and for the sessions under it; the
+    controllers session folders can use."""
+    wanted = set(CONTROLLERS) & _v2_controllers(mount)
+    parent = mount / PARENT
+    parent.mkdir(exist_ok=True)
+    # Controllers must be enabled on every level above the folder that uses them.
+    for level in (mount, parent):
+        enabled = set((level / "cgroup.subtree_control").read_text().split()) \
+            if (level / "cgroup.subtree_control").exists() else set()
+        if wanted - enabled:
+            _write(level / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(wanted - enabled)))
+    return wanted
+
+
+def host_share(memory_mb: int = 0, pids: int = 0) -> tuple[int, int]:
+    """What every sandbox of this host may use together, in bytes and processes: `memory_mb` and `pids`,
+    or where 0, half the host's memory and half its process ids (the lower of pid_max and threads-max,
+    threads counting as processes)."""
+    if memory_mb <= 0:
+        total_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                        if line.startswith("MemTotal:"))
+        memory_mb = total_kb // 1024 // 2
+    if pids <= 0:
+        pids = min(int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in ("pid_max", "threads-max")) // 2
+    return memory_mb << 20, pids
+
+
+def limit_host_share(hierarchy: Hierarchy, memory_bytes: int, pids: int) -> None:
+    """Cap the `hermes-foundry` parent of every session cgroup: each session's limits bound one sample,
+    and 64 sessions at 512 processes each were the whole pid space of a host with pid_max 32768 (no
+    thread or process could start then, the orchestrator's included), 12 at 2 GiB each its 24 GiB of
+    memory. Shared by every run on the host: the last run to start sets it."""
+    if hierarchy.version == 2:
+        wanted, parent = _v2_parent(hierarchy.mounts[""]), hierarchy.mounts[""] / PARENT
+        if "memory" in wanted:
+            _write(parent / "memory.max", str(memory_bytes))
+            if (parent / "memory.swap.max").exists():
+                _write(parent / "memory.swap.max", "0")
+        if "pids" in wanted:
+            _write(parent / "pids.max", str(pids))
+        return
+    for controller, mount in hierarchy.mounts.items():
+        parent = mount / PARENT
+        parent.mkdir(exist_ok=True)
+        if controller == "pids":
+            _write(parent / "pids.max", str(pids))
+        elif controller == "memory":
+            limits = ["memory.limit_in_bytes"] + [name for name in ("memory.memsw.limit_in_bytes",)
+                                                  if (parent / name).exists()]  # no swap accounting: none
+            try:  # memory+swap may never be below memory alone: lowering goes memory first, raising the other way
+                for name in limits:
+                    _write(parent / name, str(memory_bytes))
+            except OSError:
+                for name in reversed(limits):
+                    _write(parent / name, str(memory_bytes))
+
+
 class SessionCgroup:
     """The cgroup folder(s) of one session: `name` under `hermes-foundry` in every hierarchy mount."""
 
@@ -111,16 +169,7 @@ class SessionCgroup:
         return applied
 
     def _create_v2(self, memory_mb: int, pids: int, cpus: float) -> set[str]:
-        mount = self.hierarchy.mounts[""]
-        wanted = set(CONTROLLERS) & _v2_controllers(mount)
-        parent = mount / PARENT
-        parent.mkdir(exist_ok=True)
-        # Controllers must be enabled on every level above the folder that uses them.
-        for level in (mount, parent):
-            enabled = set((level / "cgroup.subtree_control").read_text().split()) \
-                if (level / "cgroup.subtree_control").exists() else set()
-            if wanted - enabled:
-                _write(level / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(wanted - enabled)))
+        wanted = _v2_parent(self.hierarchy.mounts[""])
         folder = self.dirs[0]
         folder.mkdir(exist_ok=True)
         if "memory" in wanted:

@@ -3,6 +3,7 @@ network namespace, and as root the zygote that makes the sessions)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -11,9 +12,12 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_core.sandbox.base import SandboxSettings
-from hermes_core.sandbox.cgroups import CgroupError, Hierarchy, SessionCgroup, SparePool, retire
+from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, host_share,
+                                         limit_host_share, retire)
 from hermes_core.sandbox.processes import DEFAULT_PATH, loopback_namespace, owner_tag
 from hermes_core.sandbox.zygote import Zygote
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -64,6 +68,7 @@ class SlotPool:
         self._warming: threading.Thread | None = None
         self._closing = False
         self._made = 0  # slots made by this pool, ahead or on demand
+        self._host_limited = False  # the host's share of all sandboxes set, before this pool's first cgroup
         self._making = self._waiting = 0  # slots being made ahead; sessions waiting for one of them
 
     def take(self) -> Slot:
@@ -78,9 +83,23 @@ class SlotPool:
             self._made += 1
         return self._make()
 
+    def _limit_host_share(self, hierarchy: Hierarchy) -> None:
+        with self._lock:
+            if self._host_limited:
+                return
+            self._host_limited = True
+            try:
+                limit_host_share(hierarchy, *host_share(self.settings.host_memory_mb, self.settings.host_pids))
+            except PermissionError:
+                pass  # no cgroups of this user's own here: sessions run without limits too (SPEC §6)
+            except OSError as exc:  # e.g. the memory in use is above the share already: each keeps its own limits
+                log.warning("could not limit all sandboxes of this host together (%s): %s",
+                            hierarchy.parents()[0], exc)
+
     def _make(self) -> Slot:
         cgroup = None
         if self._spares is not None:  # there is a cgroup hierarchy to use
+            self._limit_host_share(self._spares.hierarchy)
             name = f"o{owner_tag('-')}-{self.tag}-slot{secrets.token_hex(4)}"
             s = self.settings
             try:

@@ -7,13 +7,15 @@ import signal
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from hermes_core.sandbox import SandboxSettings
+from hermes_core.sandbox import SandboxError, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import cgroups
-from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, SparePool, detect, retire, spare_names
+from hermes_core.sandbox.cgroups import (Hierarchy, SessionCgroup, SparePool, detect, host_share, limit_host_share,
+                                         retire, spare_names)
 from procs import marker, processes_with, wait_until
 
 
@@ -95,6 +97,13 @@ def test_cgroup_limit_files_on_a_fake_sysfs(tmp_path: Path) -> None:
                        "memory/hermes-foundry/s2/memory.memsw.limit_in_bytes": str(100 << 20),
                        "pids/hermes-foundry/s2/pids.max": "10", "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_period_us": "100000",
                        "cpu,cpuacct/hermes-foundry/s2/cpu.cfs_quota_us": "200000"}
+    limit_host_share(Hierarchy(2, {"": v2}), 4 << 30, 5000)  # all sessions of the host together
+    assert {name: (v2 / "hermes-foundry" / name).read_text() for name in ("memory.max", "pids.max")} == {
+        "memory.max": str(4 << 30), "pids.max": "5000"}
+    limit_host_share(hierarchy, 4 << 30, 5000)
+    assert [(v1["memory"] / "hermes-foundry" / name).read_text() for name in ("memory.limit_in_bytes", "pids.max")
+            if (v1["memory"] / "hermes-foundry" / name).exists()] == [str(4 << 30)]
+    assert (v1["pids"] / "hermes-foundry" / "pids.max").read_text() == "5000"
     mounts = tmp_path / "mounts"
     mounts.write_text(f"cgroup2 {v2} cgroup2 rw 0 0\n")
     assert detect(mounts) == Hierarchy(2, {"": v2})
@@ -103,6 +112,84 @@ def test_cgroup_limit_files_on_a_fake_sysfs(tmp_path: Path) -> None:
     assert detect(mounts) == Hierarchy(1, {"memory": Path("/a"), "pids": Path("/b"), "cpu": Path("/c")})
     mounts.write_text("proc /proc proc rw 0 0\n")
     assert detect(mounts) is None
+
+
+@pytest.fixture
+def own_hierarchy() -> Iterator[Hierarchy]:
+    """The host's hierarchy one level down, in a folder of this test's own: its `hermes-foundry` parent,
+    and the limits set on it, are not the one every other sandbox of the host shares."""
+    host = detect()
+    if host is None:
+        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+    name = f"hermes-test-{uuid.uuid4().hex[:8]}"
+    mounts = {controller: mount / name for controller, mount in host.mounts.items()}
+    for folder in mounts.values():
+        folder.mkdir()
+    if host.version == 2:  # the test's folder is a level the controllers must be enabled on, like the mount
+        cgroups._v2_parent(host.mounts[""])
+    yield Hierarchy(host.version, mounts)
+    for folder in mounts.values():
+        for cgroup in sorted((path for path in folder.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts)):
+            cgroup.rmdir()
+        folder.rmdir()
+
+
+def _share_parent(hierarchy: Hierarchy, controller: str) -> Path:
+    return hierarchy.mounts.get(controller, hierarchy.mounts.get("")) / "hermes-foundry"
+
+
+def test_the_sandboxes_of_a_host_together_stay_within_its_process_share(tmp_path: Path,
+                                                                        own_hierarchy: Hierarchy) -> None:
+    """A session's limits bound one sample, not a run: 8 sessions each starting 600 processes took 4,104
+    of this host's 32,768 process ids, so 64 would have taken all of them, and no process or thread
+    could start then, the orchestrator's included. The parent of every session's cgroup now holds them
+    to a share of the host: here 300 processes, where the sessions' own limits (512 each) add up to 1,536."""
+    assert host_share()[1] == min(int(Path(f"/proc/sys/kernel/{name}").read_text())
+                                  for name in ("pid_max", "threads-max")) // 2  # the default: half of it
+    backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, host_pids=300), hierarchy=own_hierarchy)
+    parent, tag = _share_parent(own_hierarchy, "pids"), marker()
+    boxes = [backend.open(f"greedy{i}") for i in range(3)]
+    try:
+        for box in boxes:  # each session's sandbox is up before the others fill the share
+            assert box.exec("echo ready").output == "ready\n"
+        assert (parent / "pids.max").read_text().strip() == "300"
+        for box in boxes:
+            box.spawn(f"for i in $(seq 600); do sleep {tag} & done 2>/dev/null; wait")
+        assert wait_until(lambda: int((parent / "pids.current").read_text()) >= 290, timeout=30)
+        assert len(processes_with(f"sleep {tag}")) <= 300  # 1,800 asked for
+        assert subprocess.run(["true"]).returncode == 0  # this process (the orchestrator) starts processes as ever
+    finally:
+        for box in boxes:
+            box.close()
+        backend.close()
+    assert not processes_with(f"sleep {tag}") and session_leftovers(tmp_path, own_hierarchy) == []
+
+
+def test_the_sandboxes_of_a_host_together_stay_within_its_memory_share(tmp_path: Path,
+                                                                       own_hierarchy: Hierarchy) -> None:
+    """Likewise for memory: 12 sessions at 2 GiB each were this host's 24 GiB, and a session's files
+    are memory too (a tmpfs). Here the share is 256 MiB and three sessions each write 150 MiB of files."""
+    backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, host_memory_mb=256), hierarchy=own_hierarchy)
+    memory = _share_parent(own_hierarchy, "memory")
+    limit = memory / ("memory.limit_in_bytes" if own_hierarchy.version == 1 else "memory.max")
+    used = memory / ("memory.usage_in_bytes" if own_hierarchy.version == 1 else "memory.current")
+    boxes = [backend.open(f"greedy{i}") for i in range(3)]
+    written, peak = [], 0
+    try:
+        for box in boxes:
+            try:
+                written.append(box.exec("head -c 150M /dev/zero > fill && echo written").output)
+            except SandboxError as exc:  # its exec server was the process the kernel stopped
+                written.append(str(exc))
+            peak = max(peak, int(used.read_text()))
+        assert written.count("written\n") < 3, written
+        assert int(limit.read_text()) == 256 << 20 and peak <= 256 << 20
+        assert subprocess.run(["true"]).returncode == 0
+    finally:
+        for box in boxes:
+            box.close()
+        backend.close()
+    assert session_leftovers(tmp_path, own_hierarchy) == []
 
 
 def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
