@@ -7,7 +7,9 @@ run is a fresh `hermes-batch` process with the local (bubblewrap) sandbox backen
 printed with its target:
 - efficiency = ideal wall ÷ actual wall, ideal = calls per sample × latency × ceil(samples ÷ sessions)
   (the endpoint bound), for 4 sessions × 200 samples and 64 × 2,000;
-- orchestrator CPU seconds per sample: the command's whole process tree, sandboxes included;
+- orchestrator CPU seconds per sample: the command's whole process tree, sandboxes and their commands
+  included, from cgroup accounting (harness.CpuMeter; getrusage misses the commands a sandbox's
+  pid 1 lets the kernel reap, and is printed beside it);
 - 256 × 4,000: throughput against the lower of the endpoint bound and the CPU bound
   (samples × CPU per sample ÷ cores), and which one binds;
 - start-up (command → first model request) and a resume with nothing to do;
@@ -98,8 +100,9 @@ def one_run(report: Report, workdir: Path, endpoint: Endpoint, sessions: int, sa
                "endpoint_cpu": endpoint.cpu_seconds() - endpoint_cpu, "dataset": dataset, "env": env,
                "run_name": run_name, "events": env.get("HERMES_BENCH_EVENTS"), "max_in_flight": log["max_in_flight"]}
     report.say(f"-- {sessions} sessions × {samples} samples: wall {measured.wall:.1f} s, ideal {ideal:.1f} s, "
-               f"{calls / samples:.2f} calls/sample, orchestrator CPU {measured.cpu:.1f} s, endpoint CPU "
-               f"{figures['endpoint_cpu']:.1f} s, peak RSS {measured.max_rss_mb:.0f} MB")
+               f"{calls / samples:.2f} calls/sample, orchestrator CPU {measured.cpu:.1f} s (getrusage alone: "
+               f"{measured.rusage_cpu:.1f}), endpoint CPU {figures['endpoint_cpu']:.1f} s, peak RSS "
+               f"{measured.max_rss_mb:.0f} MB")
     return measured, figures
 
 
