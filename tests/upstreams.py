@@ -62,9 +62,10 @@ def hung_app(hits: list[str], release: asyncio.Event) -> Starlette:
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", hang, methods=["POST"])])
 
 
-def attacker_app(hits: list[str], calls: dict[str, tuple[str, dict]]) -> Starlette:
+def attacker_app(hits: list[str], calls: dict[str, tuple[str, dict] | list[tuple[str, dict]]]) -> Starlette:
     """A model that answers a conversation whose first user message names `[attack=NAME]` with the
-    tool call calls[NAME] (tool name, arguments), and once a tool answered, with a final answer."""
+    tool call calls[NAME] (tool name, arguments), or with each call of a list of them in turn, and once
+    the tools answered, with a final answer."""
     def reply(message: dict, finish: str) -> JSONResponse:
         return JSONResponse({"id": "chatcmpl-attack", "object": "chat.completion", "created": 0, "model": "attacker",
                              "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -79,10 +80,13 @@ def attacker_app(hits: list[str], calls: dict[str, tuple[str, dict]]) -> Starlet
         messages = (await request.json())["messages"]
         first = next(message["content"] for message in messages if message["role"] == "user")
         name = re.search(r"\[attack=([\w-]+)\]", first if isinstance(first, str) else json.dumps(first))
-        if any(message["role"] == "tool" for message in messages) or name is None:
+        steps = calls[name.group(1)] if name else []
+        steps = steps if isinstance(steps, list) else [steps]
+        answered = sum(message["role"] == "tool" for message in messages)
+        if answered >= len(steps):
             return reply({"role": "assistant", "content": "Done.", "reasoning_content": "It ran."}, "stop")
-        tool, arguments = calls[name.group(1)]
-        call = {"id": f"call_{name.group(1)}", "type": "function",
+        tool, arguments = steps[answered]
+        call = {"id": f"call_{name.group(1)}_{answered}", "type": "function",
                 "function": {"name": tool, "arguments": json.dumps(arguments)}}
         return reply({"role": "assistant", "content": "", "reasoning_content": "Run it.", "tool_calls": [call]},
                      "tool_calls")
@@ -90,7 +94,7 @@ def attacker_app(hits: list[str], calls: dict[str, tuple[str, dict]]) -> Starlet
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", complete, methods=["POST"])])
 
 
-def attacker(calls: dict[str, tuple[str, dict]]) -> Callable[[], Iterator[Upstream]]:
+def attacker(calls: dict[str, tuple[str, dict] | list[tuple[str, dict]]]) -> Callable[[], Iterator[Upstream]]:
     """A fixture serving attacker_app(calls)."""
     @pytest.fixture()
     def fixture() -> Iterator[Upstream]:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from hermes_assets.cli import batch_main
 from batch_runs import ledger_records, read_jsonl, write_dataset
@@ -31,7 +36,9 @@ CALLS = {
 }
 DISTRIBUTIONS = "distributions:\n  attack:\n    description: terminal and code\n" \
                 "    toolsets: {terminal: 100, code_execution: 100}\n"
-attacker_upstream = attacker(CALLS)
+# A flood, then a call that keeps the session on while the flood is logged.
+FLOOD_ON = [CALLS["flood"], ("terminal", {"command": "sleep 2"})]
+attacker_upstream = attacker({**CALLS, "flood-on": FLOOD_ON})
 
 
 def open_fds() -> int:
@@ -71,4 +78,46 @@ def test_attacks_cost_only_themselves(isolated_homes, attacker_upstream, monkeyp
     assert run(isolated_homes, attacker_upstream, "after", [{"prompt": "Go [attack=fine-0]"}]) == 0
     stats = json.loads((isolated_homes / "data" / "after" / "statistics.json").read_text())
     assert stats["counts"]["kept"] == 1 and stats["sandbox"]["failed"] == 0
+    assert open_fds() == fds_before
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB file system of its own (a tmpfs), unmounted at the end of the test."""
+    point = tmp_path / "small"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(point)], check=True)
+    yield point
+    subprocess.run(["umount", str(point)], check=True)
+
+
+def test_floods_of_many_samples_leave_the_hosts_disk_its_reserve(isolated_homes, attacker_upstream, monkeypatch,
+                                                                 small_disk):
+    """Four samples flood their background logs at once, each within its own quota (64 MB, more than
+    the 8 MiB file system their state is on): together they stop at the file system's reserve (a tenth
+    of it), every sample is kept, and the orchestrator's file descriptors come back."""
+    monkeypatch.setenv("HERMES_SANDBOX_STATE_ROOT", str(small_disk / "sandboxes"))
+    monkeypatch.setenv("HERMES_SANDBOX_DISK_MB", "64")
+    disk = os.statvfs(small_disk)
+    size, reserve = disk.f_blocks * disk.f_frsize, disk.f_blocks * disk.f_frsize // 10
+    lowest, done = [size], threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.001):
+            free = os.statvfs(small_disk)
+            lowest[0] = min(lowest[0], free.f_bavail * free.f_frsize)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    fds_before = open_fds()
+    try:
+        assert run(isolated_homes, attacker_upstream, "floods",
+                   [{"prompt": f"Go [attack=flood-on] {n}"} for n in range(4)] + [{"prompt": "Go [attack=fine-0]"}]) == 0
+    finally:
+        done.set()
+        watcher.join()
+    records = ledger_records(isolated_homes / "data" / "floods")
+    assert sorted(record["disposition"] for record in records) == ["kept"] * 5
+    # The floods reached the reserve and kept it: at most one 64 KiB read per flood (and its note) past it.
+    assert reserve - 4 * (65536 + 4096) <= lowest[0] <= reserve + (1 << 20), (lowest[0], reserve)
     assert open_fds() == fds_before

@@ -12,7 +12,6 @@ import shlex
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from hermes_core.sandbox.cgroups import Hierarchy, detect
 from batch_runs import ledger_records, write_dataset
+from cgroup_folders import own_cgroup_folders
 from procs import marker
 from upstreams import Upstream, attacker
 
@@ -39,18 +39,11 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or detect() is None,
 
 @pytest.fixture
 def own_cgroups() -> Iterator[tuple[Hierarchy, list[Path]]]:
-    """A cgroup folder of this test's own in each controller the sandboxes use: the hierarchy as a
-    process in it sees it from its own cgroup namespace, and the folders as this process sees them."""
+    """Cgroup folders of this test's own (cgroup_folders.py): the host's hierarchy, as a process in them
+    sees it from its own cgroup namespace, and the folders, as this process sees them."""
     host = detect()
-    name = f"hermes-test-{uuid.uuid4().hex[:8]}"
-    folders = [mount / name for mount in host.mounts.values()]
-    for folder in folders:
-        folder.mkdir()
-    yield host, folders
-    for folder in folders:
-        for cgroup in sorted((path for path in folder.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts)):
-            cgroup.rmdir()
-        folder.rmdir()
+    with own_cgroup_folders(host) as own:
+        yield host, list(own.mounts.values())
 
 
 def namespaced(host: Hierarchy, folders: list[Path], argv: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +17,8 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox import cgroups
 from hermes_core.sandbox.cgroups import (Hierarchy, SessionCgroup, SparePool, detect, host_share, limit_host_share,
                                          retire, spare_names)
-from procs import marker, processes_with, wait_until
+from cgroup_folders import own_cgroup_folders
+from procs import marker, open_fds, processes_with, wait_until
 
 
 def test_cgroup_limits_are_created_and_removed(tmp_path: Path) -> None:
@@ -116,22 +118,12 @@ def test_cgroup_limit_files_on_a_fake_sysfs(tmp_path: Path) -> None:
 
 @pytest.fixture
 def own_hierarchy() -> Iterator[Hierarchy]:
-    """The host's hierarchy one level down, in a folder of this test's own: its `hermes-foundry` parent,
-    and the limits set on it, are not the one every other sandbox of the host shares."""
+    """The host's hierarchy in folders of this test's own (cgroup_folders.py)."""
     host = detect()
     if host is None:
         pytest.skip("no cgroup hierarchy with memory and pids controllers here")
-    name = f"hermes-test-{uuid.uuid4().hex[:8]}"
-    mounts = {controller: mount / name for controller, mount in host.mounts.items()}
-    for folder in mounts.values():
-        folder.mkdir()
-    if host.version == 2:  # the test's folder is a level the controllers must be enabled on, like the mount
-        cgroups._v2_parent(host.mounts[""])
-    yield Hierarchy(host.version, mounts)
-    for folder in mounts.values():
-        for cgroup in sorted((path for path in folder.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts)):
-            cgroup.rmdir()
-        folder.rmdir()
+    with own_cgroup_folders(host) as hierarchy:
+        yield hierarchy
 
 
 def _share_parent(hierarchy: Hierarchy, controller: str) -> Path:
@@ -146,6 +138,7 @@ def test_the_sandboxes_of_a_host_together_stay_within_its_process_share(tmp_path
     to a share of the host: here 300 processes, where the sessions' own limits (512 each) add up to 1,536."""
     assert host_share()[1] == min(int(Path(f"/proc/sys/kernel/{name}").read_text())
                                   for name in ("pid_max", "threads-max")) // 2  # the default: half of it
+    fds, threads = open_fds(), threading.active_count()
     backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, host_pids=300), hierarchy=own_hierarchy)
     parent, tag = _share_parent(own_hierarchy, "pids"), marker()
     boxes = [backend.open(f"greedy{i}") for i in range(3)]
@@ -163,12 +156,14 @@ def test_the_sandboxes_of_a_host_together_stay_within_its_process_share(tmp_path
             box.close()
         backend.close()
     assert not processes_with(f"sleep {tag}") and session_leftovers(tmp_path, own_hierarchy) == []
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
 
 
 def test_the_sandboxes_of_a_host_together_stay_within_its_memory_share(tmp_path: Path,
                                                                        own_hierarchy: Hierarchy) -> None:
     """Likewise for memory: 12 sessions at 2 GiB each were this host's 24 GiB, and a session's files
     are memory too (a tmpfs). Here the share is 256 MiB and three sessions each write 150 MiB of files."""
+    fds, threads = open_fds(), threading.active_count()
     backend = BubblewrapBackend(SandboxSettings(state_root=tmp_path, host_memory_mb=256), hierarchy=own_hierarchy)
     memory = _share_parent(own_hierarchy, "memory")
     limit = memory / ("memory.limit_in_bytes" if own_hierarchy.version == 1 else "memory.max")
@@ -190,6 +185,7 @@ def test_the_sandboxes_of_a_host_together_stay_within_its_memory_share(tmp_path:
             box.close()
         backend.close()
     assert session_leftovers(tmp_path, own_hierarchy) == []
+    assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
 
 
 def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
