@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from hermes_assets.cli import batch_main
 from batch_runs import ledger_records, read_jsonl, write_dataset
 from host_knobs import KNOBS, knob_writes
 from leftover_trees import BUILD_COMMAND, no_deep_tree_left  # noqa: F401 (fixture)
+from mounts import tmpfs
 from upstreams import Upstream, attacker
 
 BIG_REQUEST = """
@@ -84,11 +84,8 @@ def test_attacks_cost_only_themselves(isolated_homes, attacker_upstream, monkeyp
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """An 8 MiB file system of its own (a tmpfs), unmounted at the end of the test."""
-    point = tmp_path / "small"
-    point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(point)], check=True)
-    yield point
-    subprocess.run(["umount", str(point)], check=True)
+    with tmpfs(tmp_path / "small", 8) as point:
+        yield point
 
 
 def test_floods_of_many_samples_leave_the_hosts_disk_its_reserve(isolated_homes, attacker_upstream, monkeypatch,

@@ -20,6 +20,7 @@ from hermes_core.sandbox import SandboxBackend, SandboxSettings
 from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.sandbox.output import HOST_FULL_NOTE, LOG_FULL_NOTE
+from mounts import tmpfs
 from procs import open_fds, processes_with, wait_until
 from hermes_core.sandbox.trees import remove_tree
 from leftover_trees import (BUILD_COMMAND, DEPTH, dead_owner_session, deep_tree, immutable,  # noqa: F401
@@ -209,11 +210,8 @@ def test_a_models_background_output_stays_within_the_disk_quota_on_the_host(tmp_
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 40 MiB file system of its own (a tmpfs), unmounted at the end of the test."""
-    point = tmp_path / "small"
-    point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(point)], check=True)
-    yield point
-    subprocess.run(["umount", str(point)], check=True)
+    with tmpfs(tmp_path / "small", 40) as point:
+        yield point
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
