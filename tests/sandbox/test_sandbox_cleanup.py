@@ -21,7 +21,7 @@ from hermes_core.sandbox.bubblewrap import BubblewrapBackend, session_leftovers
 from hermes_core.sandbox.local import PlainBackend
 from hermes_core.sandbox.output import HOST_FULL_NOTE, LOG_FULL_NOTE
 from mounts import tmpfs
-from procs import open_fds, processes_with, wait_until
+from procs import marker, open_fds, processes_with, wait_until
 from hermes_core.sandbox.trees import remove_tree
 from leftover_trees import (BUILD_COMMAND, DEPTH, dead_owner_session, deep_tree, immutable,  # noqa: F401
                             no_deep_tree_left)  # (fixture)
@@ -194,7 +194,8 @@ def test_a_models_background_output_stays_within_the_disk_quota_on_the_host(tmp_
     backend = PlainBackend(settings) if name == "plain" else BubblewrapBackend(settings, hierarchy=None)
     fds, threads = open_fds(), threading.active_count()
     box = backend.open("flood")
-    flood = box.spawn("yes flood-flood-flood")
+    flooding = f"yes flood-{marker()}"  # its own: the other worker may run a flood too
+    flood = box.spawn(flooding)
     late = box.spawn("sleep 1; echo late")
     assert wait_until(lambda: "reached its limit" in box.poll(flood).output)
     time.sleep(1.5)  # the late one's output comes after the budget is spent
@@ -204,7 +205,7 @@ def test_a_models_background_output_stays_within_the_disk_quota_on_the_host(tmp_
     box.close()
     backend.close()
     assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
-    assert not processes_with("yes flood-flood-flood") and list(settings.state_root.iterdir()) == []
+    assert not processes_with(flooding) and list(settings.state_root.iterdir()) == []
 
 
 @pytest.fixture
@@ -224,8 +225,9 @@ def test_many_sessions_within_their_quotas_never_fill_the_hosts_disk(small_disk:
     backend = PlainBackend(settings) if name == "plain" else BubblewrapBackend(settings, hierarchy=None)
     fds, threads = open_fds(), threading.active_count()
     boxes = [backend.open(f"flood{i}") for i in range(3)]
+    flooding = f"yes flood-{marker()}"  # its own: the other worker may run a flood too
     try:
-        floods = [(box, box.spawn("yes flood-flood-flood")) for box in boxes]
+        floods = [(box, box.spawn(flooding)) for box in boxes]
         assert wait_until(lambda: all("nearly full" in box.poll(job).output for box, job in floods), timeout=30)
         disk = os.statvfs(small_disk)
         reserve, free = disk.f_blocks * disk.f_frsize // 10, disk.f_bavail * disk.f_frsize
@@ -236,4 +238,4 @@ def test_many_sessions_within_their_quotas_never_fill_the_hosts_disk(small_disk:
             box.close()
         backend.close()
     assert wait_until(lambda: open_fds() == fds and threading.active_count() == threads), (fds, open_fds())
-    assert not processes_with("yes flood-flood-flood") and list(settings.state_root.iterdir()) == []
+    assert not processes_with(flooding) and list(settings.state_root.iterdir()) == []
