@@ -31,6 +31,7 @@ from typing import Callable, Literal
 
 from hermes_core.sandbox.base import (MAX_READ_BYTES, READ_DIRECTORY, READ_SCRIPT, ExecResult, Sandbox,
                                       SandboxBackend, SandboxError, SandboxSettings, script_read, too_large)
+from hermes_core.sandbox.bwrap_entry import BWRAP, NAMESPACE_FLAGS, entry_argv, makes_zygotes, slot_zygote
 from hermes_core.sandbox.exec_server import KILL_TIMEOUT_S, ExecServer, server_binary
 from hermes_core.sandbox.output import CappedBuffer
 from hermes_core.sandbox.cgroups import Hierarchy, SessionCgroup, detect, retire, session_names
@@ -43,18 +44,12 @@ from hermes_core.sandbox.processes import (DEFAULT_PATH, StateFolder, orphaned, 
                                            sanitized_env, shell_exit_code)
 from hermes_core.sandbox.trees import remove_tree
 from hermes_core.sandbox.slots import Slot, SlotPool
-from hermes_core.sandbox.zygote import Zygote, joined_argv, session_pidfd
+from hermes_core.sandbox.zygote import joined_argv, session_pidfd
 
-BWRAP = shutil.which("bwrap")
-NSENTER = shutil.which("nsenter") or "nsenter"
 ETC_COPY_PREFIX = ".etc-"  # what earlier versions kept beside the sessions: reaped
 FILE_TIMEOUT_S = 60.0
-_NSENTER_OPTION = {"net": "net", "mnt": "mount"}
 _CGROUP_NAME = re.compile(r"^o(\d+)-(\d+)-([0-9a-f]{8})-(.+)$")
 _WRITE = f'[ -d "$1" ] && exit {READ_DIRECTORY}; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-_ZYGOTE_FLAGS = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-                 "--new-session"]
-_NAMESPACE_FLAGS = [*_ZYGOTE_FLAGS, "--cap-drop", "ALL"]  # as root, bwrap would otherwise keep every capability
 
 
 def image_dir_name(image: str) -> str:
@@ -92,7 +87,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError(NO_LAUNCHER)
         self._disk = str(settings.disk_mb << 20)
         # As root without an image, the slot's zygote makes the session (zygote.py): no bubblewrap of its own.
-        self._zygote = rootfs is None and _makes_zygotes(settings, launcher, self._ids)
+        self._zygote = rootfs is None and makes_zygotes(settings, launcher, self._ids)
         self._session_pid: int | None = None  # the host pid of the session's pid 1 (its server)
         self._session_pidfd: int | None = None
         if self._zygote:
@@ -151,11 +146,11 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             raise SandboxError(f"sandbox {self.session_id!r} is closed")
         if not make_layer:
             self._pin_layer()
-        flags = [*_NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else _NAMESPACE_FLAGS
+        flags = [*NAMESPACE_FLAGS, "--as-pid-1"] if pid1 else NAMESPACE_FLAGS
         return [*self._enter(make_layer), BWRAP or "bwrap", *flags, *self._layout, "--chdir", self.cwd, "--", *inner]
 
     def _enter(self, make_layer: bool = False) -> list[str]:
-        return _entry(self._launcher, self.cgroup, self._fds, self._ids, self._layer if make_layer else None)
+        return entry_argv(self._launcher, self.cgroup, self._fds, self._ids, self._layer if make_layer else None)
 
     def _exec_server(self) -> ExecServer | None:
         """The session's exec server, started now if need be; None when commands run one bubblewrap each."""
@@ -165,7 +160,7 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             if self._closed:
                 raise SandboxError(f"sandbox {self.session_id!r} is closed")
             if self._server is None and self._zygote:
-                ctl, pid = _zygote(self._slot, self._launcher, self._ids).open(self.cwd, int(self._disk), ID_COUNT)
+                ctl, pid = slot_zygote(self._slot, self._launcher, self._ids).open(self.cwd, int(self._disk), ID_COUNT)
                 self._server = ExecServer.attached(ctl)
                 self._session_pid, self._session_pidfd = pid, session_pidfd(pid)
             if self._server is None:
@@ -290,39 +285,6 @@ class BubblewrapSandbox(BackgroundJobsMixin, Sandbox):
             remove_tree(state_dir)
 
 
-def _entry(launcher: Path | None, cgroup: SessionCgroup | None, fds: dict[str, int], ids: int | None,
-           layer: list[str] | None) -> list[str]:
-    """What runs bubblewrap inside a slot's cgroup and namespaces (`fds`), as root of a user namespace
-    whose ids are unprivileged on the host (when we are root): the exec server's launcher mode (one
-    static process), which also makes the writable `layer` if given; when not root and without it, a
-    shell that joins the cgroup and nsenter."""
-    procs = cgroup.procs_files if cgroup else []
-    if launcher is not None:
-        joins = [*(item for path in procs for item in ("--cgroup", str(path))),
-                 *(item for fd in fds.values() for item in ("--ns", str(fd))),
-                 *(["--map", str(ids), str(ID_COUNT)] if ids is not None else []), *(layer or [])]
-        return [str(launcher), "--enter", *joins, "--"] if joins else []
-    enter = cgroup.enter_argv() if cgroup else []
-    namespaces = [f"--{_NSENTER_OPTION[kind]}=/proc/self/fd/{fd}" for kind, fd in fds.items()]
-    return [*enter, *([NSENTER, *namespaces, "--"] if namespaces else [])]
-
-
-def _makes_zygotes(settings: SandboxSettings, launcher: Path | None, ids: int | None) -> bool:
-    """Whether sessions without an image come from their slot's zygote: as root, with the exec server."""
-    return ids is not None and launcher is not None and settings.exec_server
-
-
-def _zygote(slot: Slot, launcher: Path, ids: int | None) -> Zygote:
-    """The slot's zygote, started now if need be: pid 1 of a bubblewrap on the host's system folders
-    (read-only), keeping the capabilities of the slot's user namespace (whose root is unprivileged on
-    the host) to make sessions."""
-    enter = _entry(launcher, slot.cgroup, {} if slot.net_fd is None else {"net": slot.net_fd}, ids, None)
-    return slot.zygote_for(lambda ctl, exe: [
-        *enter, BWRAP or "bwrap", *_ZYGOTE_FLAGS, "--as-pid-1", *host_layout(), "--proc", "/proc", "--dev", "/dev",
-        "--dir", "/newroot", "--dir", "/layer", "--remount-ro", "/", "--chdir", "/", "--",
-        f"/proc/self/fd/{exe}", "--zygote", str(ctl), str(exe)], launcher)
-
-
 def _quota_hint(message: str, disk: str) -> str:
     """`message`, saying which limit a full disk is (the sandbox's own tmpfs, not the host's disk)."""
     if "No space left on device" not in message:
@@ -413,8 +375,8 @@ class BubblewrapBackend(SandboxBackend):
             return  # open() says why
         launcher, ids = server_binary(), host_ids(self.settings)
         self.state_root.mkdir(parents=True, exist_ok=True)  # where zygotes log their start
-        self._slots.warm(sessions, (lambda slot: _zygote(slot, launcher, ids))  # type: ignore[arg-type]
-                         if _makes_zygotes(self.settings, launcher, ids) else None)
+        self._slots.warm(sessions, (lambda slot: slot_zygote(slot, launcher, ids))  # type: ignore[arg-type]
+                         if makes_zygotes(self.settings, launcher, ids) else None)
 
     def close(self) -> None:
         """Destroy the idle slots (cgroups and network namespaces)."""
