@@ -273,22 +273,29 @@ def spare_names(hierarchy: Hierarchy) -> list[str]:
 
 
 class SparePool:
-    """One process's view of the spares: listed once, at the first slot that needs one, and counted
-    once per retirement. A listing scans every session cgroup of every mount (~5 ms with 1,000 spares
-    on cgroup v1), and once per slot it cost more than the rest of the slot at 1,024 sessions. Spares
-    that other processes take meanwhile fail to rename and are skipped; ones they add are not seen
-    until the next pool (a new cgroup is made instead)."""
+    """One process's view of the spares: listed once, at the first slot that needs one or the first
+    retirement, then kept up to date by what this pool takes and retires. A listing scans every
+    session cgroup of every mount (~2–5 ms with 1,000 spares on cgroup v1): once per slot it cost more
+    than the rest of the slot at 1,024 sessions, and once per retirement it cost a listing per session
+    at the end of a run (each session that finds no job left retires the idle slots). Spares that other
+    processes take meanwhile fail to rename and are skipped; ones they add are not seen until the next
+    pool (a new cgroup is made instead), nor counted against MAX_SPARES by this one."""
 
     def __init__(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
         self._names: list[str] | None = None
         self._lock = threading.Lock()
 
+    def _listed(self) -> list[str]:
+        """The spares this pool may take (the lock held): listed at the first call."""
+        if self._names is None:
+            self._names = spare_names(self.hierarchy)[::-1]
+        return self._names
+
     def _next(self) -> str | None:
         with self._lock:
-            if self._names is None:
-                self._names = spare_names(self.hierarchy)[::-1]
-            return self._names.pop() if self._names else None
+            names = self._listed()
+            return names.pop() if names else None
 
     def adopt(self, name: str, memory_mb: int, pids: int, cpus: float) -> SessionCgroup | None:
         """A spare cgroup renamed to `name`, with these limits; None when there is none to take."""
@@ -306,21 +313,31 @@ class SparePool:
             return cgroup
         return None
 
+    def retire(self, cgroups: list[SessionCgroup]) -> None:
+        """`retire`, the spares counted from this pool's view; those kept are this pool's to take again."""
+        with self._lock:
+            known = len(self._listed())
+        kept = retire(cgroups, known)
+        with self._lock:
+            self._listed()[:0] = kept  # taken after the ones listed (pop takes from the end)
 
-def retire(cgroups: list[SessionCgroup]) -> None:
-    """Keep emptied cgroups as spares for later runs, or remove them (not empty, or enough spares)."""
+
+def retire(cgroups: list[SessionCgroup], spares: int | None = None) -> list[str]:
+    """Keep emptied cgroups as spares for later runs, or remove them (not empty, or MAX_SPARES
+    reached: `spares` are there already, listed when not given); returns the names of those kept."""
     if not cgroups:
-        return
-    spares = len(spare_names(cgroups[0].hierarchy))
+        return []
+    spares = len(spare_names(cgroups[0].hierarchy)) if spares is None else spares
+    kept: list[str] = []
     for cgroup in cgroups:
-        if cgroup.kill_all(timeout=1.0) and spares < MAX_SPARES:
+        if cgroup.kill_all(timeout=1.0) and spares + len(kept) < MAX_SPARES:
             try:
-                cgroup.rename(SPARE_PREFIX + secrets.token_hex(6))
-                spares += 1
+                kept.append(cgroup.rename(SPARE_PREFIX + secrets.token_hex(6)).name)
                 continue
             except OSError:
                 pass
         cgroup.remove()
+    return kept
 
 
 def session_names(hierarchy: Hierarchy) -> set[str]:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from hermes_core.sandbox.base import SandboxSettings
 from hermes_core.sandbox.cgroups import (CgroupError, Hierarchy, SessionCgroup, SparePool, host_share,
-                                         limit_host_share, retire)
+                                         limit_host_share)
 from hermes_core.sandbox.processes import DEFAULT_PATH, loopback_namespace, owner_tag
 from hermes_core.sandbox.zygote import Zygote
 
@@ -187,4 +187,5 @@ class SlotPool:
                 slot.zygote.hang_up()
         for slot in idle:
             slot.destroy(keep_cgroup=True)
-        retire([slot.cgroup for slot in idle if slot.cgroup is not None])
+        if self._spares is not None:
+            self._spares.retire([slot.cgroup for slot in idle if slot.cgroup is not None])

@@ -218,9 +218,11 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
     assert session_leftovers(tmp_path / "state") == []
 
 
-def test_slots_take_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Listing the spares scans every session cgroup (~5 ms at 1,000 spares): a backend lists them once.
-    A spare another process renamed after that listing is skipped, not an error."""
+def test_slots_take_and_retire_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing the spares scans every session cgroup (~2–5 ms at 1,000 spares): a backend lists them once,
+    to take them and to count them when its slots retire (each session that finds no job left retires
+    the idle ones). A spare another process renamed after that listing is skipped, not an error."""
     hierarchy = detect()
     if hierarchy is None:
         pytest.skip("no cgroup hierarchy with memory and pids controllers here")
@@ -243,7 +245,15 @@ def test_slots_take_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(mo
     assert pool.adopt("test-none", 64, 32, 0) is None and listings == [1]  # used up, listed once
     assert not any(SessionCgroup(hierarchy, name).exists() for name in mine)  # each taken exactly once
     before = cgroups.session_names(hierarchy)
-    retire([first, second, taken])  # one listing to count the spares, then all three kept as spares
+    pool.retire([first, second])  # counted from the pool's own view: no listing
     new = cgroups.session_names(hierarchy) - before
-    assert len(listings) == 2 and len({name for name in new if name.startswith(prefix)}) == 3
-    assert not any(cgroup.exists() for cgroup in (first, second, taken))
+    assert listings == [1] and len({name for name in new if name.startswith(prefix)}) == 2
+    again = pool.adopt(f"test-{uuid.uuid4().hex[:8]}", 64, 32, 0)  # a spare it retired, without listing
+    assert again is not None and again.exists() and listings == [1]
+    before = cgroups.session_names(hierarchy)
+    assert len(retire([again, taken])) == 2  # alone, one listing counts the spares; both kept
+    new = cgroups.session_names(hierarchy) - before
+    assert len(listings) == 2 and len({name for name in new if name.startswith(prefix)}) == 2
+    assert not any(cgroup.exists() for cgroup in (first, second, taken, again))
+    for name in {name for name in cgroups.session_names(hierarchy) if name.startswith(prefix)}:
+        SessionCgroup(hierarchy, name).remove()
