@@ -386,14 +386,15 @@ class BubblewrapBackend(SandboxBackend):
         """Empty the slot cgroups of dead owners (killing what runs in them; they become spares) and
         remove their sessions' state folders; returns how many sandboxes were left (a slot and its
         session count once)."""
-        slots = folders = 0
+        folders, dead = 0, []
         for name in session_names(self.hierarchy) if self.hierarchy else ():
             match = _CGROUP_NAME.match(name)
             if match and not owner_alive(match[1], match[2]):
                 cgroup = SessionCgroup(self.hierarchy, name)  # type: ignore[arg-type]
                 cgroup.kill_all()  # first: nothing may still write into the state folder
-                retire([cgroup])  # emptied: a spare for later slots rather than a dying memory cgroup
-                slots += 1
+                dead.append(cgroup)
+        retire(dead)  # emptied: spares for later slots rather than dying memory cgroups (one listing)
+        slots = len(dead)
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path) and not remove_tree(path):  # a leftover is reported, and skipped
                 folders += not path.name.startswith(ETC_COPY_PREFIX)

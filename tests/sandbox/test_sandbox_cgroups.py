@@ -218,6 +218,28 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
     assert session_leftovers(tmp_path / "state") == []
 
 
+def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed with 1,024 sessions leaves 1,024 slot cgroups to the next run's reap: each became
+    a spare after a listing of every session cgroup of its own (~5 ms each), ~5 s before the run began."""
+    hierarchy = detect()
+    if hierarchy is None:
+        pytest.skip("no cgroup hierarchy with memory and pids controllers here")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a dead owner
+    tag = uuid.uuid4().hex[:8]
+    left = [SessionCgroup.create(hierarchy, f"o{gone.pid}-0-{tag}-reap{i}", 64, 32, 0) for i in range(3)]
+    listings: list[int] = []
+    real = cgroups.spare_names
+    monkeypatch.setattr(cgroups, "spare_names", lambda h: listings.append(1) or real(h))
+    monkeypatch.setattr(cgroups, "SPARE_PREFIX", prefix := f"spare-t{uuid.uuid4().hex[:8]}-")
+    try:
+        assert BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state"), hierarchy=hierarchy).reap() >= 3
+        assert listings == [1] and not any(cgroup.exists() for cgroup in left)
+    finally:
+        for name in {name for name in cgroups.session_names(hierarchy) if name.startswith(prefix) or tag in name}:
+            SessionCgroup(hierarchy, name).remove()
+
+
 def test_slots_take_and_retire_spares_from_one_listing_and_skip_the_ones_taken_meanwhile(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Listing the spares scans every session cgroup (~2–5 ms at 1,000 spares): a backend lists them once,
