@@ -220,7 +220,7 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
 
 def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run killed with 1,024 sessions leaves 1,024 slot cgroups to the next run's reap: each became
-    a spare after a listing of every session cgroup of its own (~5 ms each), ~5 s before the run began."""
+    a spare after a listing of every session cgroup of its own, 2.5 s before that run began."""
     hierarchy = detect()
     if hierarchy is None:
         pytest.skip("no cgroup hierarchy with memory and pids controllers here")
