@@ -220,7 +220,8 @@ def test_finished_runs_leave_spare_cgroups_that_later_runs_adopt(tmp_path: Path,
 
 def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run killed with 1,024 sessions leaves 1,024 slot cgroups to the next run's reap: each became
-    a spare after a listing of every session cgroup of its own, 2.5 s before that run began."""
+    a spare after a listing of every session cgroup of its own, 2.5 s before that run began. What a
+    hostile sample left running in one (a daemon that outlived its run) ends with the reap."""
     hierarchy = detect()
     if hierarchy is None:
         pytest.skip("no cgroup hierarchy with memory and pids controllers here")
@@ -228,6 +229,9 @@ def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path,
     gone.wait()  # a dead owner
     tag = uuid.uuid4().hex[:8]
     left = [SessionCgroup.create(hierarchy, f"o{gone.pid}-0-{tag}-reap{i}", 64, 32, 0) for i in range(3)]
+    fds, stay = open_fds(), marker()
+    daemon = subprocess.Popen(left[1].enter_argv() + ["sleep", stay], start_new_session=True)
+    assert wait_until(lambda: processes_with(f"sleep {stay}") != [])
     listings: list[int] = []
     real = cgroups.spare_names
     monkeypatch.setattr(cgroups, "spare_names", lambda h: listings.append(1) or real(h))
@@ -235,7 +239,10 @@ def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path,
     try:
         assert BubblewrapBackend(SandboxSettings(state_root=tmp_path / "state"), hierarchy=hierarchy).reap() >= 3
         assert listings == [1] and not any(cgroup.exists() for cgroup in left)
+        assert daemon.wait(timeout=10) == -signal.SIGKILL and processes_with(f"sleep {stay}") == []
+        assert open_fds() == fds
     finally:
+        daemon.kill()
         for name in {name for name in cgroups.session_names(hierarchy) if name.startswith(prefix) or tag in name}:
             SessionCgroup(hierarchy, name).remove()
 
