@@ -394,11 +394,10 @@ class BubblewrapBackend(SandboxBackend):
                 cgroup.kill_all()  # first: nothing may still write into the state folder
                 dead.append(cgroup)
         retire(dead)  # emptied: spares for later slots rather than dying memory cgroups (one listing)
-        slots = len(dead)
         for path in self.state_root.glob("*") if self.state_root.is_dir() else ():
             if path.is_dir() and orphaned(path) and not remove_tree(path):  # a leftover is reported, and skipped
                 folders += not path.name.startswith(ETC_COPY_PREFIX)
-        return max(slots, folders)
+        return max(len(dead), folders)
 
 
 def session_leftovers(state_root: Path, hierarchy: Hierarchy | None | Literal["detect"] = "detect") -> list[str]:

@@ -23,7 +23,7 @@ NAMESPACE_FLAGS = [*ZYGOTE_FLAGS, "--cap-drop", "ALL"]  # as root, bwrap would o
 
 
 def entry_argv(launcher: Path | None, cgroup: SessionCgroup | None, fds: dict[str, int], ids: int | None,
-           layer: list[str] | None) -> list[str]:
+               layer: list[str] | None) -> list[str]:
     """What runs bubblewrap inside a slot's cgroup and namespaces (`fds`), as root of a user namespace
     whose ids are unprivileged on the host (when we are root): the exec server's launcher mode (one
     static process), which also makes the writable `layer` if given; when not root and without it, a
