@@ -231,7 +231,8 @@ def test_a_reap_after_a_crash_counts_the_spares_with_one_listing(tmp_path: Path,
     left = [SessionCgroup.create(hierarchy, f"o{gone.pid}-0-{tag}-reap{i}", 64, 32, 0) for i in range(3)]
     fds, stay = open_fds(), marker()
     daemon = subprocess.Popen(left[1].enter_argv() + ["sleep", stay], start_new_session=True)
-    assert wait_until(lambda: processes_with(f"sleep {stay}") != [])
+    # Once it is `sleep`, the shell before it joined every hierarchy (its command line has the marker too).
+    assert wait_until(lambda: Path(f"/proc/{daemon.pid}/cmdline").read_bytes().startswith(b"sleep"))
     listings: list[int] = []
     real = cgroups.spare_names
     monkeypatch.setattr(cgroups, "spare_names", lambda h: listings.append(1) or real(h))
