@@ -25,7 +25,7 @@ from hermes_assets.runs_file import adopt_recipe
 from hermes_assets.slots import abandon_run, tag_run
 from hermes_assets.versions import (CODE_VERSIONS, STOPPED_TAG, attribute_run, build_dataset_source, file_version,
                                     keys_version, lineage_metadata, observe_dataset, partition_materialization,
-                                    planned_dataset_sha256)
+                                    planned_dataset_sha256, upstream_tags)
 
 
 
@@ -106,6 +106,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         finished: queue.Queue[pipeline.BatchOutcome | None] = queue.Queue()
         plan, dataset_sha256 = BatchPlan(paths.batches), planned_dataset_sha256(paths)
         current = {sample.sample_key for sample in pipeline.read_samples(paths)}  # the dataset as loaded now
+        lineage = lineage_metadata(recipe, dataset_sha256)
+        upstream = upstream_tags(context.instance, toolset_assignments.key)
         result: dict[str, object] = {}
 
         def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
@@ -130,9 +132,8 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                 if outcome.failed_retryable:
                     continue  # stays failed/missing in the UI: materializing it again is the resume
                 materialized.add(outcome.partition_key)
-                yield partition_materialization(context.instance, context.asset_key, outcome,
-                                                plan.get(outcome.partition_key), open_ledger(paths.raw), recipe,
-                                                dataset_sha256, current)
+                yield partition_materialization(context.asset_key, outcome, plan.get(outcome.partition_key),
+                                                open_ledger(paths.raw), lineage, upstream, current)
             worker.join()
         if progress:
             progress.finish()

@@ -137,21 +137,24 @@ def partition_state(ledger: Ledger, batch: Batch, current: Collection[str]) -> d
     }
 
 
-def provenance_tags(
-    instance: dg.DagsterInstance, upstream: dg.AssetKey, code_version: str, data_version: dg.DataVersion
-) -> dict[str, str]:
-    """The data-version tags of a hand-built materialization: its version, its code version and the
-    version of its one upstream asset as of now (what Dagster compares to call it stale)."""
+def upstream_tags(instance: dg.DagsterInstance, upstream: dg.AssetKey) -> dict[str, str]:
+    """The input tags of a hand-built materialization: the version of its one upstream asset as of
+    now, and a pointer to that materialization (what Dagster compares to call it stale). A step asks
+    once, at its start: its samples were planned from that version, whatever runs meanwhile."""
     records = instance.fetch_materializations(upstream, limit=1).records
     event = records[0].asset_materialization if records else None
     upstream_version = event.tags.get(DATA_VERSION_TAG) if event and event.tags else None
     return {
-        CODE_VERSION_TAG: code_version,
-        DATA_VERSION_TAG: data_version.value,
-        DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
         get_input_data_version_tag(upstream): upstream_version or DEFAULT_DATA_VERSION.value,
         get_input_event_pointer_tag(upstream): str(records[0].storage_id) if records else NULL_EVENT_POINTER,
     }
+
+
+def provenance_tags(code_version: str, data_version: dg.DataVersion, upstream: Mapping[str, str]) -> dict[str, str]:
+    """The data-version tags of a hand-built materialization: its version, its code version and its
+    upstream's (`upstream_tags`)."""
+    return {CODE_VERSION_TAG: code_version, DATA_VERSION_TAG: data_version.value,
+            DATA_VERSION_IS_USER_PROVIDED_TAG: "true", **upstream}
 
 
 def lineage_metadata(recipe: Recipe, dataset_sha256: str) -> dict[str, Any]:
@@ -205,12 +208,12 @@ def attribute_run(context: dg.AssetExecutionContext, recipe: Recipe, folder: Pat
 
 
 def partition_materialization(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, outcome: BatchOutcome, batch: Batch, ledger: Ledger,
-    recipe: Recipe, dataset_sha256: str, current: Collection[str],
+    asset_key: dg.AssetKey, outcome: BatchOutcome, batch: Batch, ledger: Ledger, lineage: Mapping[str, Any],
+    upstream: Mapping[str, str], current: Collection[str],
 ) -> dg.AssetMaterialization:
     """A finished `raw_trajectories` partition: its state from the ledger (so a no-op re-run still shows
-    what it holds), what this invocation did, its lineage, and its data version from its records."""
-    upstream = dg.AssetKey([*asset_key.path[:-1], "toolset_assignments"])
+    what it holds), what this invocation did, its lineage (`lineage_metadata`), and its data version
+    from its records (with `upstream_tags` of its toolset assignments)."""
     code_version = CODE_VERSIONS["raw_trajectories"]
     metadata = {
         **partition_state(ledger, batch, current),
@@ -218,9 +221,9 @@ def partition_materialization(
         "api_calls_this_run": outcome.api_calls, "tokens_this_run": outcome.total_tokens,
         "sandboxes_created": outcome.sandboxes_created, "sandboxes_failed": outcome.sandboxes_failed,
         "wall_seconds": round(outcome.wall_seconds, 3),
-        "batch_num": batch.number, **lineage_metadata(recipe, dataset_sha256), "code_version": code_version,
+        "batch_num": batch.number, **lineage, "code_version": code_version,
     }
     return dg.AssetMaterialization(
         asset_key=asset_key, partition=outcome.partition_key, metadata=metadata,
-        tags=provenance_tags(instance, upstream, code_version, partition_version(ledger, batch)),
+        tags=provenance_tags(code_version, partition_version(ledger, batch), upstream),
     )
