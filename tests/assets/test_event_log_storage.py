@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import sqlalchemy
 from dagster._core.events import (AssetCheckEvaluationPlanned, AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata,
                                   DagsterEventType, generate_event_batch_id)
@@ -154,3 +155,11 @@ def test_a_batch_of_planned_events_is_stored_as_one_by_one(tmp_path, monkeypatch
     attempts = events.get_latest_asset_partition_materialization_attempts_without_materializations(
         dg.AssetKey(["r", "raw"]))  # what marks a failed run's partitions failed in the UI
     assert {partition: run for partition, (run, _) in attempts.items()} == dict.fromkeys(("b0", "b1", "b2"), batched)
+
+
+def test_a_table_found_once_is_not_looked_up_again(tmp_path, monkeypatch):
+    """Dagster asks whether the index has its asset-tags table at every tagged materialization (a batch's)."""
+    events = storage.SqliteEventLogStorage(str(tmp_path))
+    assert events.has_table("asset_event_tags") and not events.has_table("no_such_table")
+    monkeypatch.setattr(events, "_engine", lambda shard: pytest.fail(f"looked up again in {shard}"))
+    assert events.has_table("asset_event_tags")
