@@ -20,47 +20,57 @@ from hermes_core.fileio import json_loads
 from hermes_assets.checks import MAX_LISTED
 from hermes_assets.metadata import check_catalog
 
-PartitionProblem = Callable[[RunPaths, str], str | None]  # a partition key -> what is wrong with it, or None
+PartitionProblems = Callable[[RunPaths], Callable[[str], str | None]]
+"""A run's files -> what is wrong with a partition (by key), or None; what every partition shares is read once."""
 
 
-def damaged_lines(paths: RunPaths, partition: str) -> str | None:
+def damaged_lines(paths: RunPaths) -> Callable[[str], str | None]:
     """Lines of raw/<partition>.jsonl that are not records (damaged, torn, not JSON objects). A
     ledger on object storage has no per-partition file: nothing to parse line by line."""
-    if not isinstance(paths.raw, Path):
-        return None
-    path = paths.raw / f"{partition}.jsonl"
-    if not path.is_file():
-        return "no ledger file"
-    data = path.read_bytes()
-    bad = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
+
+    def problem(partition: str) -> str | None:
+        if not isinstance(paths.raw, Path):
+            return None
+        path = paths.raw / f"{partition}.jsonl"
+        if not path.is_file():
+            return "no ledger file"
+        bad = []
+        for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json_loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS):
+                bad.append(number)
+        if not bad:
+            return None
+        return f"{len(bad)} damaged line(s): {', '.join(map(str, bad[:MAX_LISTED]))}"
+
+    return problem
+
+
+def members_without_final_record(paths: RunPaths) -> Callable[[str], str | None]:
+    """Members of the batch (per batches.json) whose latest ledger record is missing or not final.
+    The plan and the ledger are read once for all partitions: per partition, each read lists every
+    batch (quadratic in the batches)."""
+    plan, ledger = BatchPlan(paths.batches), open_ledger(paths.raw)
+
+    def problem(partition: str) -> str | None:
         try:
-            record = json_loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS):
-            bad.append(number)
-    if not bad:
-        return None
-    return f"{len(bad)} damaged line(s): {', '.join(map(str, bad[:MAX_LISTED]))}"
+            members = plan.get(partition).members
+        except KeyError:
+            return "not in the batch plan (batches.json)"
+        missing = [key for key in members if not ledger.is_done(key)]
+        if not missing:
+            return None
+        return f"{len(missing)} of {len(members)} member(s) without a final record: {', '.join(missing[:MAX_LISTED])}"
+
+    return problem
 
 
-def members_without_final_record(paths: RunPaths, partition: str) -> str | None:
-    """Members of the batch (per batches.json) whose latest ledger record is missing or not final."""
-    try:
-        members = BatchPlan(paths.batches).get(partition).members
-    except KeyError:
-        return "not in the batch plan (batches.json)"
-    ledger = open_ledger(paths.raw)
-    missing = [key for key in members if not ledger.is_done(key)]
-    if not missing:
-        return None
-    return f"{len(missing)} of {len(members)} member(s) without a final record: {', '.join(missing[:MAX_LISTED])}"
-
-
-PARTITION_CHECKS: dict[str, tuple[str, PartitionProblem]] = {
+PARTITION_CHECKS: dict[str, tuple[str, PartitionProblems]] = {
     "ledger_records_parse": ("Every line of each materialized partition's ledger file (raw/<partition>.jsonl) "
                              "is a record.", damaged_lines),
     "batch_members_recorded": ("Every member sample of each materialized partition (batches.json) has a final "
@@ -68,10 +78,11 @@ PARTITION_CHECKS: dict[str, tuple[str, PartitionProblem]] = {
 }
 
 
-def evaluate_partitions(paths: RunPaths, partitions: list[str], problem: PartitionProblem) -> dg.AssetCheckResult:
+def evaluate_partitions(paths: RunPaths, partitions: list[str], problems: PartitionProblems) -> dg.AssetCheckResult:
     """One result over `partitions`: passed when none has a problem; `by_partition` holds each partition's
     finding ("ok" or the problem), so the UI shows which batch to repair."""
-    by_partition = {partition: problem(paths, partition) or "ok" for partition in partitions}
+    problem = problems(paths)
+    by_partition = {partition: problem(partition) or "ok" for partition in partitions}
     failed = sorted(partition for partition, finding in by_partition.items() if finding != "ok")
     metadata: dict[str, Any] = {
         "partitions_checked": len(partitions), "failed_partitions": len(failed),

@@ -108,6 +108,10 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
         current = {sample.sample_key for sample in pipeline.read_samples(paths)}  # the dataset as loaded now
         lineage = lineage_metadata(recipe, dataset_sha256)
         upstream = upstream_tags(context.instance, toolset_assignments.key)
+        # Brought up to date once: it is the ledger the pool below records into (open_ledger shares
+        # it within this process), so it holds every record at once; a refresh per batch would list
+        # and stat every batch file each time (quadratic in the batches: 2.4 s at 200 of them).
+        ledger = open_ledger(paths.raw)
         result: dict[str, object] = {}
 
         def work() -> None:  # the pool runs in a thread so partitions are recorded as batches finish
@@ -133,7 +137,7 @@ def build_run_assets(recipe: Recipe, data_root: Path) -> list[dg.AssetsDefinitio
                     continue  # stays failed/missing in the UI: materializing it again is the resume
                 materialized.add(outcome.partition_key)
                 yield partition_materialization(context.asset_key, outcome, plan.get(outcome.partition_key),
-                                                open_ledger(paths.raw), lineage, upstream, current)
+                                                ledger, lineage, upstream, current)
             worker.join()
         if progress:
             progress.finish()
