@@ -27,11 +27,12 @@ PartitionProblems = Callable[[RunPaths], Callable[[str], str | None]]
 def damaged_lines(paths: RunPaths) -> Callable[[str], str | None]:
     """Lines of raw/<partition>.jsonl that are not records (damaged, torn, not JSON objects). A
     ledger on object storage has no per-partition file: nothing to parse line by line."""
+    raw = paths.raw
+    if not isinstance(raw, Path):
+        return lambda _partition: None
 
     def problem(partition: str) -> str | None:
-        if not isinstance(paths.raw, Path):
-            return None
-        path = paths.raw / f"{partition}.jsonl"
+        path = raw / f"{partition}.jsonl"
         if not path.is_file():
             return "no ledger file"
         bad = []
