@@ -5,6 +5,7 @@ importing it (Dagster, ~1 s) and loading the instance are most of a short comman
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     defs = build_definitions(root, recipes=[recipe])  # the run's part of the code location
     config = run_config(args.verbose, endpoint.base_url, args.api_key, args.max_retries, args.max_concurrent_requests)
     instance = get_instance()  # once: each load costs ~0.4 s
+    gc.freeze()  # the instance's imports, kept for the command's life like the others (cli._tuned_gc)
     hermes_tags = run_tags(recipe, dataset_sha256)  # the Runs page filters on these
 
     def phase(job_name: str, ops: dict | None = None, tags: dict[str, str] | None = None,
@@ -55,6 +57,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
         print(todo.describe())
         save_settled(paths, Path(recipe.dataset_file), instance_files, Printed([], []), scope=PLAN)
         return 0
+    gc.enable()  # off for the start-up (cli._tuned_gc): the samples and the outputs make and drop cycles
     pending = todo.partitions
     if pending and recipe.endpoint_preflight:
         from hermes_core.endpoints.model_client import preflight  # aiohttp: not for a plan or an empty resume
