@@ -12,9 +12,10 @@ Here the engine of each database is kept (bounded; it holds no connection: every
 still opened and closed per use as Dagster does, so other processes, the UI's watch of a run's
 file and forked children see exactly the same files); the head revision is read once per process;
 a new run database is made in one transaction with the same tables, journal mode and Alembic stamp
-as Dagster's (anything else, e.g. an older or half-made database, goes to Dagster's code); and a
-batch of one run's asset events is written in one transaction per database. The data on disk is
-Dagster's layout: a home can switch between this class and Dagster's freely.
+as Dagster's (anything else, e.g. an older or half-made database, goes to Dagster's code); a
+batch of one run's asset events is written in one transaction per database; and an asset's row in
+the index is updated in place rather than after a failed insert. The data on disk is Dagster's
+layout: a home can switch between this class and Dagster's freely.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from alembic.script import ScriptDirectory
 from dagster._config import StringSource
 from dagster._core.events import ASSET_EVENTS
 from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
+from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageMetadata
 from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.sql import create_engine, get_alembic_config
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
@@ -66,7 +67,7 @@ class SqliteEventLogStorage(sqlite_event_log.SqliteEventLogStorage):
     def __init__(self, dagster_home: str, inst_data: ConfigurableClassData | None = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_lock = threading.Lock()
-        self._tables: set[str] = set()  # index tables known to exist
+        self._tables: set[str] = set()  # index tables (and asset key columns) known to exist
         super().__init__(os.path.join(dagster_home, "history", "runs", ""), inst_data)
 
     @classmethod
@@ -101,6 +102,30 @@ class SqliteEventLogStorage(sqlite_event_log.SqliteEventLogStorage):
                     return False
             self._tables.add(table_name)
         return True
+
+    def _has_asset_key_index_cols_on_connection(self, conn: Connection) -> bool:
+        """Dagster inspects the asset keys table's columns at every asset event (a new inspector
+        each time); remembered once true, as columns too are only ever added."""
+        if "asset_keys.last_materialization_timestamp" not in self._tables:
+            if not super()._has_asset_key_index_cols_on_connection(conn):
+                return False
+            self._tables.add("asset_keys.last_materialization_timestamp")
+        return True
+
+    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+        """Dagster's upsert of the asset's row in the index, tried as an update first. Dagster
+        inserts first and updates when the insert fails: every event of an asset seen before (all
+        but its first) raised an IntegrityError through SQLAlchemy's error handling, and left its
+        traceback's cycles for the garbage collector. A new asset, or one added meanwhile by
+        another process, goes to Dagster's insert-or-update."""
+        values = (self._get_asset_entry_values(event, event_id, self._has_asset_key_index_cols_on_connection(conn))
+                  if event.dagster_event and event.dagster_event.asset_key else None)
+        if values:
+            key = event.dagster_event.asset_key.to_string()
+            updated = conn.execute(AssetKeyTable.update().values(**values).where(AssetKeyTable.c.asset_key == key))
+            if updated.rowcount:
+                return
+        super()._store_asset_event(conn, event, event_id)
 
     @contextmanager
     def _connect(self, shard: str) -> Iterator[Connection]:

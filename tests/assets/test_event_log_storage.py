@@ -12,8 +12,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import sqlalchemy
-from dagster._core.events import (AssetCheckEvaluationPlanned, AssetMaterializationPlannedData, DagsterEvent, DagsterEventBatchMetadata,
-                                  DagsterEventType, generate_event_batch_id)
+from dagster._core.events import (AssetCheckEvaluationPlanned, AssetMaterializationPlannedData, AssetObservationData, DagsterEvent,
+                                  DagsterEventBatchMetadata, DagsterEventType, StepMaterializationData,
+                                  generate_event_batch_id)
 from dagster._core.storage.event_log import SqliteEventLogStorage as DagsterSqliteEventLogStorage
 from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
 
@@ -163,3 +164,55 @@ def test_a_table_found_once_is_not_looked_up_again(tmp_path, monkeypatch):
     assert events.has_table("asset_event_tags") and not events.has_table("no_such_table")
     monkeypatch.setattr(events, "_engine", lambda shard: pytest.fail(f"looked up again in {shard}"))
     assert events.has_table("asset_event_tags")
+
+
+def test_an_assets_row_in_the_index_is_the_one_dagster_writes(tmp_path, monkeypatch):
+    """Materializations, observations and planned events of assets seen before (updated in place, no
+    insert tried) and new (inserted), with a wipe between: the index's asset rows equal those Dagster's
+    class writes, and only an asset's first event goes to Dagster's insert-or-update."""
+    ours = storage.SqliteEventLogStorage(str(tmp_path / "ours"))
+    theirs = DagsterSqliteEventLogStorage(str(tmp_path / "theirs" / "history" / "runs"))
+    first_events: list[str] = []
+    upsert = DagsterSqliteEventLogStorage._store_asset_event
+    monkeypatch.setattr(DagsterSqliteEventLogStorage, "_store_asset_event", lambda self, conn, event, event_id: (
+        self is ours and first_events.append(event.dagster_event.asset_key.to_user_string()),
+        upsert(self, conn, event, event_id))[1])
+    run_id, raw, stats = str(uuid.uuid4()), dg.AssetKey(["r", "raw"]), dg.AssetKey(["r", "statistics"])
+
+    def entry(event: DagsterEvent, timestamp: float) -> dg.EventLogEntry:
+        return dg.EventLogEntry(error_info=None, level="DEBUG", user_message="", run_id=run_id, timestamp=timestamp,
+                                dagster_event=event)
+
+    def events() -> list[dg.EventLogEntry]:
+        made = []
+        for batch in range(3):
+            made.append(planned(run_id, f"b{batch}"))
+            made.append(entry(DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, "job", step_key="step",
+                                           event_specific_data=StepMaterializationData(dg.AssetMaterialization(
+                                               raw, partition=f"b{batch}", tags={"hermes/batch": str(batch)}))),
+                              10.0 + batch))
+            made.append(entry(DagsterEvent(DagsterEventType.ASSET_OBSERVATION.value, "job", step_key="step",
+                                           event_specific_data=AssetObservationData(dg.AssetObservation(raw, partition=f"b{batch}"))),
+                              20.0 + batch))
+        made.append(entry(DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, "job", step_key="step",
+                                       event_specific_data=StepMaterializationData(dg.AssetMaterialization(stats))), 30.0))
+        return made
+
+    for events_storage in (ours, theirs):
+        for event in events():
+            events_storage.store_event(event)
+        events_storage.wipe_asset(stats)
+        for event in events()[-4:]:
+            events_storage.store_event(event)
+    assert first_events == ['r/raw', 'r/statistics']  # the rest were updates of their rows
+
+    def rows(storage_root: Path) -> list[tuple]:
+        """The asset rows, with when each was made and wiped (the clock's) reduced to whether it was."""
+        with sqlite3.connect(storage_root / "history" / "runs" / "index.db") as conn:
+            names = [row[1] for row in conn.execute("PRAGMA table_info(asset_keys)")
+                     if row[1] not in ("create_timestamp", "wipe_timestamp", "asset_details")]
+            return conn.execute(f"SELECT {', '.join(names)}, wipe_timestamp IS NOT NULL FROM asset_keys "
+                                "ORDER BY asset_key").fetchall()
+
+    assert rows(tmp_path / "ours") == rows(tmp_path / "theirs")
+    assert [row[-1] for row in rows(tmp_path / "ours")] == [0, 1]  # r/raw, and r/statistics wiped
