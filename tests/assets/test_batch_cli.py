@@ -441,7 +441,12 @@ def test_the_collector_runs_for_the_samples_and_is_left_as_it_was(isolated_homes
 
     during: list[bool] = []
     run_jobs = runner.run_jobs
-    monkeypatch.setattr(runner, "run_jobs", lambda *a, **k: (during.append(gc.isenabled()), run_jobs(*a, **k))[1])
+
+    def noting_the_collector(*args, **kwargs):
+        during.append(gc.isenabled())
+        return run_jobs(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_jobs", noting_the_collector)
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:2])
     thresholds = gc.get_threshold()
     assert gc.isenabled()
