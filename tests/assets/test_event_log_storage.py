@@ -174,9 +174,13 @@ def test_an_assets_row_in_the_index_is_the_one_dagster_writes(tmp_path, monkeypa
     theirs = DagsterSqliteEventLogStorage(str(tmp_path / "theirs" / "history" / "runs"))
     first_events: list[str] = []
     upsert = DagsterSqliteEventLogStorage._store_asset_event
-    monkeypatch.setattr(DagsterSqliteEventLogStorage, "_store_asset_event", lambda self, conn, event, event_id: (
-        self is ours and first_events.append(event.dagster_event.asset_key.to_user_string()),
-        upsert(self, conn, event, event_id))[1])
+
+    def noted_upsert(self, conn, event, event_id):
+        if self is ours:
+            first_events.append(event.dagster_event.asset_key.to_user_string())
+        return upsert(self, conn, event, event_id)
+
+    monkeypatch.setattr(DagsterSqliteEventLogStorage, "_store_asset_event", noted_upsert)
     run_id, raw, stats = str(uuid.uuid4()), dg.AssetKey(["r", "raw"]), dg.AssetKey(["r", "statistics"])
 
     def entry(event: DagsterEvent, timestamp: float) -> dg.EventLogEntry:
