@@ -302,8 +302,10 @@ def _batch_main(argv: list[str] | None) -> int:
 
 
 def batch_command() -> NoReturn:
-    """The `hermes-batch` program: batch_main, then exit without the interpreter's teardown."""
-    exit_without_teardown(batch_main())
+    """The `hermes-batch` program: batch_main, then exit without the interpreter's teardown, and
+    without the collection that restoring the default thresholds would start (~40 ms)."""
+    with _tuned_gc():
+        exit_without_teardown(_batch_main(None))
 
 
 def exit_without_teardown(code: int) -> NoReturn:
