@@ -67,7 +67,8 @@ class SqliteEventLogStorage(sqlite_event_log.SqliteEventLogStorage):
     def __init__(self, dagster_home: str, inst_data: ConfigurableClassData | None = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_lock = threading.Lock()
-        self._tables: set[str] = set()  # index tables (and asset key columns) known to exist
+        self._tables: set[str] = set()  # index tables known to exist
+        self._asset_key_index_cols = False  # the asset keys table's index columns, once found
         super().__init__(os.path.join(dagster_home, "history", "runs", ""), inst_data)
 
     @classmethod
@@ -106,11 +107,9 @@ class SqliteEventLogStorage(sqlite_event_log.SqliteEventLogStorage):
     def _has_asset_key_index_cols_on_connection(self, conn: Connection) -> bool:
         """Dagster inspects the asset keys table's columns at every asset event (a new inspector
         each time); remembered once true, as columns too are only ever added."""
-        if "asset_keys.last_materialization_timestamp" not in self._tables:
-            if not super()._has_asset_key_index_cols_on_connection(conn):
-                return False
-            self._tables.add("asset_keys.last_materialization_timestamp")
-        return True
+        if not self._asset_key_index_cols:
+            self._asset_key_index_cols = super()._has_asset_key_index_cols_on_connection(conn)
+        return self._asset_key_index_cols
 
     def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
         """Dagster's upsert of the asset's row in the index, tried as an update first. Dagster
