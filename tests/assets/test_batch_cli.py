@@ -421,38 +421,3 @@ def test_the_sample_deadline_and_timeouts_can_change_on_resume(isolated_homes, s
     assert (recipe["sample_timeout_s"], recipe["request_timeout_s"]) == (None, 30)
     assert [r["disposition"] for r in ledger_records(run_dir)] == ["failed_retryable", "kept"]
 
-
-def test_a_run_starts_without_importing_httpx():
-    """httpx (~0.1 s to import) is for the web and image tools and the UI reload, imported when they run."""
-    code = ("import sys, hermes_assets.cli, hermes_assets.phases, hermes_assets.definitions; "
-            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'httpx'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[2])
-    assert out.stdout.strip() == "[]"
-
-
-def test_the_collector_runs_for_the_samples_and_is_left_as_it_was(isolated_homes, sim_url, monkeypatch):
-    """The cyclic garbage collector is off for the start-up only (cli._tuned_gc): the samples run with
-    it on (their cycles are freed as they go), and batch_main leaves it as it found it on every exit,
-    a plan-only run and a usage error included, since it may run inside another program."""
-    import gc
-
-    from hermes_core.batch import runner
-
-    during: list[bool] = []
-    run_jobs = runner.run_jobs
-
-    def noting_the_collector(*args, **kwargs):
-        during.append(gc.isenabled())
-        return run_jobs(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "run_jobs", noting_the_collector)
-    dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:2])
-    thresholds = gc.get_threshold()
-    assert gc.isenabled()
-    assert run(isolated_homes, sim_url, dataset, "--plan_only") == 0
-    assert (gc.isenabled(), gc.get_threshold()) == (True, thresholds)
-    assert run(isolated_homes, sim_url, dataset) == 0
-    assert during == [True] and (gc.isenabled(), gc.get_threshold()) == (True, thresholds)
-    assert batch_main([f"--dataset_file={dataset}", "--run_name=t1"]) == 2  # no endpoint: a usage error
-    assert (gc.isenabled(), gc.get_threshold()) == (True, thresholds)
