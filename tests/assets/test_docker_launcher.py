@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -16,7 +17,7 @@ from hermes_assets.cli import batch_main
 from hermes_core.config import data_root
 from hermes_core.batch.ledger import Ledger
 from hermes_core.sandbox.docker_engine import engine_location
-from code_image import BUILD, SANDBOX_IMAGE, engine_answers
+from code_image import BUILD, SANDBOX_IMAGE, engine_answers, remove_code_image
 from dagster_runs import launch, story, wait_for
 from postgres_server import postgres_url  # noqa: F401  (fixture)
 
@@ -27,8 +28,9 @@ pytestmark = pytest.mark.skipif(not engine_answers(), reason=f"no Docker engine 
 
 
 @pytest.fixture(scope="module")
-def code_image() -> str:
-    return BUILD.result()  # started when this test was collected (tests/assets/conftest.py)
+def code_image() -> Iterator[str]:
+    yield BUILD.result()  # started when this test was collected (tests/conftest.py)
+    remove_code_image()
 
 
 def test_runs_launched_into_containers_succeed_and_their_sandboxes_work(postgres_url, code_image, isolated_homes,
