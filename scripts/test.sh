@@ -69,6 +69,9 @@ scripts/hermes_oracle.sh || log "no Hermes Agent oracle (the conformance tests w
 # The typed API client's Python 3.13 venv (.api-client-venv, cached) for tests/api_server/test_api_client.py.
 scripts/api_client_venv.sh >/dev/null || log "no hermes-agent-api-client venv; see the line above"
 
+# Space for pytest's temporary folders and the docker launcher test's code image, said up front.
+scripts/disk_check.sh "${TMPDIR:-/tmp}" "${HERMES_DOCKERD_DATA_ROOT:-/var/lib/hermes-foundry-docker}"
+
 # One pytest worker per core, up to 2 (PYTEST_WORKERS=N overrides; 0 runs in one process): most tests
 # wait on servers and sandboxes. Tests sharing one `dagster dev` stay together (--dist loadgroup).
 # The 25 slowest tests are listed at the end: the suite's time on CI is watched (docs/development.md).
