@@ -22,7 +22,7 @@ from hermes_core.batch.dataset import DatasetError, dataset_path
 from hermes_core.tools.distributions import DistributionError, format_distributions, load_distributions
 from hermes_core.batch.pipeline import RunPaths
 from hermes_core.batch.settled import PLAN, RUN, Printed, settled_lines
-from hermes_assets.instance import dagster_home
+from hermes_assets.instance import dagster_home, storage_failure
 from hermes_core.fileio import atomic_write_text
 from hermes_core.batch.ledgers import LedgerElsewhere, check_one_ledger
 from hermes_core.batch.writer_lock import RunBusy, claim_run, holding, release_claims
@@ -296,6 +296,11 @@ def _batch_main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished samples are saved; run the same command again to resume", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if (failure := storage_failure(exc)) is None:
+            raise  # a bug: its traceback is what to report
+        print(f"\nerror: {failure}", file=sys.stderr)
+        return 2
     finally:
         release_claims()
         hf_loading.stop_loader()

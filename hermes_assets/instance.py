@@ -34,3 +34,19 @@ def get_instance() -> "dg.DagsterInstance":
 
     ensure_dagster_home()
     return dg.DagsterInstance.get()
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """One line for an error of the instance's SQLite storage, found in `exc` or what caused it, else
+    None. A full disk shows there as "disk I/O error" or "database or disk is full"."""
+    import sqlite3
+
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, sqlite3.Error):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    home = dagster_home()
+    free = shutil.disk_usage(home).free if home.exists() else 0
+    return (f"Dagster's storage in {home} failed: {seen} ({free / 2**20:.1f} MiB free there). Finished samples "
+            "are saved in the run's ledger; if the disk is full, free space, then run the same command to resume")

@@ -138,6 +138,17 @@ def first_error(result: dg.ExecuteInProcessResult) -> str:
     return "the Dagster run failed"
 
 
+# "OSError: [Errno 28] No space left on device: '/data/run/raw/b00001-….jsonl'" (EDQUOT: 122, a quota)
+_FULL = re.compile(r"\[Errno (?:28|122)\] ([^:\n]+): '([^'\n]+)'")
+
+
+def full_disk(result: dg.ExecuteInProcessResult) -> str | None:
+    """"FILE: No space left on device" when the run failed because a file of it did not fit (the disk
+    or a quota is full), else None."""
+    match = _FULL.search(first_error(result))
+    return f"{match[2]}: {match[1]}" if match else None
+
+
 class _NoServer(OSError):
     """Nothing accepted a connection at the UI's address."""
 

@@ -23,7 +23,7 @@ from hermes_assets.compression_assets import compression_summary, progress_ops
 from hermes_assets.export_assets import EXPORT_NAMES
 from hermes_assets.definitions import build_definitions
 from hermes_assets.instance import get_instance
-from hermes_assets.launch import execute_job, first_error, run_config
+from hermes_assets.launch import execute_job, first_error, full_disk, run_config
 from hermes_assets.resources import MODEL_POOL
 from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
 from hermes_assets.slots import wait_for_slot
@@ -75,6 +75,11 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
                     tags={"dagster/asset_partition_range_start": pending[0],
                           "dagster/asset_partition_range_end": pending[-1]})
         raw_ok = raw.success
+        if full := None if raw_ok else full_disk(raw):
+            print(f"\nerror: {full}. The run stopped: the samples recorded before it are kept, the ones in "
+                  "flight were not recorded and will run again. Free space there, then run the same command to "
+                  "resume.", file=sys.stderr)
+            return 2  # the outputs would not fit either
         if not raw_ok:
             print(f"\n{first_error(raw)}", file=sys.stderr)
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import gc
 import json
 import logging
@@ -48,10 +50,26 @@ def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in FULL and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None  # say which file did not fit
         raise
     fsync_path(path.parent)
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a write that did not fit: the disk, or the user's quota
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd`. A file's write comes back short when the disk or a quota fills
+    up, and the write after it says which (ENOSPC, EDQUOT): that error is what this raises."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def _umask() -> int:
@@ -86,17 +104,58 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
     return count
 
 
-def append_jsonl_durable(path: str | Path, row: dict[str, Any]) -> None:
-    """Append one record and fsync it: once this returns, a crash cannot lose the record."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json_bytes(row) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def append_record(path: str | Path, record: dict[str, Any]) -> tuple[int, int, int]:
+    """Append one record durably (`append_records`); returns the file's inode, the record's offset
+    and its length."""
+    inode, offset, (length,) = append_records(path, [record])
+    return inode, offset, length
+
+
+def append_records(path: str | Path, records: list[dict[str, Any]]) -> tuple[int, int, list[int]]:
+    """Append records in one write and fsync them (once this returns, a crash cannot lose them), after
+    cutting off a torn last line (a crash mid-write) that they would otherwise be glued to, making both
+    unreadable. Appenders of a file take turns (an flock), so a last line without its newline is a dead
+    writer's, never a write in progress. Returns the file's inode, the first record's offset and each
+    record's length."""
+    lines = [json_bytes(record) + b"\n" for record in records]
+    data = b"".join(lines)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for the length of one append
+        info = os.fstat(fd)
+        size = info.st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            keep = _end_of_last_line(fd, size)
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            report_damage(f"{path}: cut off a torn last line ({size - keep} bytes at byte {keep}, a crash "
+                          "mid-write) before appending")
+            size = keep
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        except OSError as exc:  # a full disk, a quota: take back what part of the records got in
+            os.ftruncate(fd, size)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        return info.st_ino, size, [len(line) for line in lines]
     finally:
         os.close(fd)
+
+
+def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """The offset just past the last newline of the first `size` bytes of `fd` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 log = logging.getLogger(__name__)

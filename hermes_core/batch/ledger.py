@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import threading
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from hermes_core.fileio import atomic_write_text, json_bytes, json_loads, jsonl_records, report_damage
+from hermes_core.fileio import append_records, atomic_write_text, json_bytes, json_loads, jsonl_records
 from hermes_core.formats.filters import Disposition
 
 
@@ -256,55 +255,3 @@ class Ledger:
                     self._read[path] = (inode, offset, read_lines + len(appended))
                 elif not self._read_new(path):
                     self.refresh()
-
-
-def append_record(path: Path, record: dict[str, Any]) -> tuple[int, int, int]:
-    """Append one record durably (`append_records`); returns the file's inode, the record's offset
-    and its length."""
-    inode, offset, (length,) = append_records(path, [record])
-    return inode, offset, length
-
-
-def append_records(path: Path, records: list[dict[str, Any]]) -> tuple[int, int, list[int]]:
-    """Append records in one write and fsync them (once this returns, a crash cannot lose them), after
-    cutting off a torn last line (a crash mid-write) that they would otherwise be glued to, making both
-    unreadable. Appenders of a file take turns (an flock), so a last line without its newline is a dead
-    writer's, never a write in progress. Returns the file's inode, the first record's offset and each
-    record's length."""
-    lines = [json_bytes(record) + b"\n" for record in records]
-    data = b"".join(lines)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for the length of one append
-        info = os.fstat(fd)
-        size = info.st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            keep = _end_of_last_line(fd, size)
-            os.ftruncate(fd, keep)
-            os.fsync(fd)
-            report_damage(f"{path}: cut off a torn last line ({size - keep} bytes at byte {keep}, a crash "
-                          "mid-write) before appending")
-            size = keep
-        written = os.write(fd, data)
-        if written != len(data):
-            raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
-        os.fsync(fd)
-        return info.st_ino, size, [len(line) for line in lines]
-    finally:
-        os.close(fd)
-
-
-def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
-    """The offset just past the last newline of the first `size` bytes of `fd` (0 if there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - chunk)
-        found = os.pread(fd, end - start, start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0

@@ -18,9 +18,9 @@ from hermes_core.batch.dataset import Dataset, Sample
 from hermes_core.batch.prompt_table import keying, read_samples, run_dataset, save_table, tables
 from hermes_core.batch.run_paths import RunPaths
 from hermes_core.tools.distributions import sample_toolsets
-from hermes_core.fileio import atomic_write_json, atomic_write_jsonl, read_jsonl
+from hermes_core.fileio import append_record, atomic_write_json, atomic_write_jsonl, read_jsonl
 from hermes_core.formats.filters import Disposition
-from hermes_core.batch.ledger import Batch, BatchPlan, Ledger, append_record
+from hermes_core.batch.ledger import Batch, BatchPlan, Ledger
 from hermes_core.batch.ledgers import check_one_ledger, open_ledger
 from hermes_core.batch.recipe import Recipe, RecipeError, load_hermes_text
 from hermes_core.batch.records import RunContext, SampleJob

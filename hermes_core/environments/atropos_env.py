@@ -36,7 +36,7 @@ from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollo
 from hermes_core.environments.tasks import Task, load_tasks
 from hermes_core.environments.verifiers import Verdict
 from hermes_core.environments.tokenizer import tokenizer_dir
-from hermes_core.fileio import append_jsonl_durable
+from hermes_core.fileio import append_record
 from hermes_core.formats.sharegpt import to_conversations
 from hermes_core.sandbox import Sandbox, SandboxBackend, get_backend
 from hermes_core.tools.distributions import BUILTIN_DISTRIBUTIONS
@@ -184,7 +184,7 @@ class HermesEnv(BaseEnv):
         if (path := self.sharegpt_path()) is None:
             return
         for rollout in rollouts:
-            append_jsonl_durable(path, {
+            append_record(path, {
                 "conversations": to_conversations(rollout.messages, [tool["function"] for tool in rollout.tools]),
                 "task_id": task.id, "category": task.category, "reward": rollout.reward, "detail": rollout.detail,
                 "group": rollout.group, "member": rollout.member, "rollout_key": rollout.key,

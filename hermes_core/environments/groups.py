@@ -15,7 +15,7 @@ from hermes_core.batch.workers import NextIndex, process_count, run_in_processes
 from hermes_core.environments.rollout import Rollout, RolloutSettings, run_rollout
 from hermes_core.environments.tasks import Task
 from hermes_core.environments.tokens import IGNORE, ChatTokenizer, render_tokens
-from hermes_core.fileio import append_jsonl_durable, read_jsonl
+from hermes_core.fileio import append_record, read_jsonl
 from hermes_core.formats.sharegpt import tool_stats
 from hermes_core.sandbox import SandboxBackend
 
@@ -118,7 +118,7 @@ class GroupLedger:
         return {record["key"]: record for record in read_jsonl(self.path) if "key" in record}
 
     def append(self, record: dict[str, Any]) -> None:
-        append_jsonl_durable(self.path, record)
+        append_record(self.path, record)
 
 
 class _GroupPool:

@@ -17,7 +17,7 @@ from hermes_assets.definitions import build_definitions
 from hermes_assets.runs_file import (RunsFileError, adopt_recipe, load_runs_file, read_runs_file, resolve_recipes,
                                      resolve_runs, runs_file_path)
 from hermes_core.config import data_root
-from hermes_core.fileio import append_jsonl_durable
+from hermes_core.fileio import append_record
 from hermes_core.batch.recipe import Recipe, RecipeError, load_recipe, save_recipe
 
 RUN_KEYS = {"dataset_file", "prompts", "toolset_assignments", "raw_trajectories", "filtered_trajectories",
@@ -183,7 +183,7 @@ def test_declared_and_saved_recipes_merge(isolated_homes, monkeypatch):
     assert load_recipe(root, "r").seed == 2
 
     # ...but not once that run has paid for samples: one error naming both files.
-    append_jsonl_durable(root / "r" / "raw" / "b00001-x.jsonl", {"sample_key": "k", "disposition": "kept"})
+    append_record(root / "r" / "raw" / "b00001-x.jsonl", {"sample_key": "k", "disposition": "kept"})
     write_runs(runs, f"- {{run_name: r, dataset_file: {dataset}, model: hermes-sim, seed: 3}}\n")
     with pytest.raises(RunsFileError) as error:
         resolve_recipes(root)
@@ -213,7 +213,7 @@ def test_bad_and_conflicting_entries_are_reported_on_their_run_alone(isolated_ho
     # A run the CLI started, with ledger records: the runs file now declares it with another distribution.
     save_recipe(root, Recipe(run_name="saved", dataset_file=str(dataset), model="hermes-sim",
                              distribution="terminal_only"))
-    append_jsonl_durable(root / "saved" / "raw" / "b00001-x.jsonl", {"sample_key": "k", "disposition": "kept"})
+    append_record(root / "saved" / "raw" / "b00001-x.jsonl", {"sample_key": "k", "disposition": "kept"})
     runs = write_runs(root / "runs.yaml", f"""
 - {{run_name: good, dataset_file: p.jsonl, model: hermes-sim, base_url: "{sim_url}", distribution: terminal_only}}
 - {{run_name: typed, dataset_file: p.jsonl, model: hermes-sim, batch_size: ten}}

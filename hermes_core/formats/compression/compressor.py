@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from hermes_core.formats.compression.metrics import row_metrics
 from hermes_core.formats.compression.tokens import TURN_OVERHEAD, TokenCounter, turn_tokens
-from hermes_core.fileio import append_jsonl_durable, read_jsonl
+from hermes_core.fileio import append_record, read_jsonl
 from hermes_core.endpoints.errors import ModelError
 
 if TYPE_CHECKING:  # aiohttp only where a summariser runs: the Dagster definitions import this module
@@ -186,7 +186,7 @@ class SummaryCache:
     def put(self, key: str, summary: str) -> None:
         self._entries[key] = summary
         if self.path:
-            append_jsonl_durable(self.path, {"key": key, "summary": summary})
+            append_record(self.path, {"key": key, "summary": summary})
 
 
 class SummaryFailed(RuntimeError):
