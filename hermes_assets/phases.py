@@ -51,7 +51,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
 
     planned = phase(plan_job_name(run))
     if not planned.success:
-        raise RecipeError(first_error(planned))
+        raise RecipeError(full_disk(planned) or first_error(planned))
     todo = pipeline.plan(recipe, paths)
     if args.plan_only:
         print(todo.describe())
@@ -95,7 +95,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
               "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
         return 1
     if not final.success:
-        raise RecipeError(first_error(final))
+        raise RecipeError(full_disk(final) or first_error(final))
     print(pipeline.summary(paths))
     after_summary = compression_summary(recipe, paths)
     for line in after_summary:

@@ -54,6 +54,19 @@ def test_a_full_data_disk_stops_the_run_and_the_same_command_resumes(isolated_ho
         assert len((small / "full" / "trajectories.jsonl").read_text().splitlines()) == ROWS
 
 
+def test_a_plan_that_does_not_fit_is_one_error_and_sends_nothing(isolated_homes, sim_server, monkeypatch,
+                                                                    capsys) -> None:
+    dataset = write_dataset(isolated_homes / "d.jsonl", prompts(400, "no room to plan"))
+    with tmpfs(isolated_homes / "small", 1) as small:
+        subprocess.run(["mount", "-o", "remount,size=60k", str(small)], check=True)  # less than the prompts' table
+        monkeypatch.setenv("HERMES_DATA_DIR", str(small))
+        sent = Sent(sim_server)
+        assert run(dataset, sim_server.base_url, run_name="plan") == 2
+        [error] = error_lines(capsys.readouterr().err)
+        assert error.startswith(f"error: {small / 'plan'}/") and error.endswith(": No space left on device")
+        assert not sent.counts()
+
+
 def test_a_full_dagster_home_is_one_error_and_the_same_command_resumes(isolated_homes, sim_server, monkeypatch,
                                                                         capsys) -> None:
     dataset = write_dataset(isolated_homes / "d.jsonl", prompts(ROWS, "full home"))
