@@ -33,6 +33,7 @@ from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.workspace.load import location_origin_from_module_name
 
 from hermes_assets.slots import process_tags
+from hermes_core.fileio import FULL
 
 LOCATION = "hermes_assets.definitions"  # the python_module of workspace.yaml: the location's name in the UI
 REPOSITORY = "__repository__"  # the one repository a dg.Definitions makes
@@ -127,26 +128,28 @@ def run_config(verbose: bool, base_url: str, api_key: str | None, max_retries: i
 
 
 def first_error(result: dg.ExecuteInProcessResult) -> str:
-    """The first failed step's error in one line, without Dagster's wrapping exception classes."""
+    """The first failed step's error in one line, without Dagster's wrapping exception classes; a
+    file that did not fit reads "FILE: No space left on device" (`full_disk`)."""
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             error = event.step_failure_data.error
             while error.cause and error.message.startswith("dagster."):
                 error = error.cause
             # "dagster._core.definitions.events.Failure: 3 sample(s) failed ..." -> what follows the class
-            return re.sub(r"^dagster\.[\w.]+: ", "", error.message.strip())
+            message = re.sub(r"^dagster\.[\w.]+: ", "", error.message.strip())
+            full = _FULL.search(message)
+            return f"{full[2]}: {full[1]}" if full else message
     return "the Dagster run failed"
 
 
-# "OSError: [Errno 28] No space left on device: '/data/run/raw/b00001-….jsonl'" (EDQUOT: 122, a quota)
-_FULL = re.compile(r"\[Errno (?:28|122)\] ([^:\n]+): '([^'\n]+)'")
+# "OSError: [Errno 28] No space left on device: '/data/run/raw/b00001-….jsonl'": Dagster keeps a
+# step's exception as text only, in Python's own form for an OSError with a file name.
+_FULL = re.compile(rf"\[Errno (?:{'|'.join(map(str, FULL))})\] ([^:\n]+): '([^'\n]+)'")
 
 
-def full_disk(result: dg.ExecuteInProcessResult) -> str | None:
-    """"FILE: No space left on device" when the run failed because a file of it did not fit (the disk
-    or a quota is full), else None."""
-    match = _FULL.search(first_error(result))
-    return f"{match[2]}: {match[1]}" if match else None
+def full_disk(result: dg.ExecuteInProcessResult) -> bool:
+    """The run failed because a file of it did not fit (the disk or a quota is full)."""
+    return first_error(result).endswith(tuple(f": {os.strerror(code)}" for code in FULL))
 
 
 class _NoServer(OSError):

@@ -51,7 +51,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
 
     planned = phase(plan_job_name(run))
     if not planned.success:
-        raise RecipeError(full_disk(planned) or first_error(planned))
+        raise RecipeError(first_error(planned))
     todo = pipeline.plan(recipe, paths)
     if args.plan_only:
         print(todo.describe())
@@ -75,10 +75,10 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
                     tags={"dagster/asset_partition_range_start": pending[0],
                           "dagster/asset_partition_range_end": pending[-1]})
         raw_ok = raw.success
-        if full := None if raw_ok else full_disk(raw):
-            print(f"\nerror: {full}. The run stopped: the samples recorded before it are kept, the ones in "
-                  "flight were not recorded and will run again. Free space there, then run the same command to "
-                  "resume.", file=sys.stderr)
+        if not raw_ok and full_disk(raw):
+            print(f"\nerror: {first_error(raw)}. The run stopped: the samples recorded before it are kept, the "
+                  "ones in flight were not recorded and will run again. Free space there, then run the same "
+                  "command to resume.", file=sys.stderr)
             return 2  # the outputs would not fit either
         if not raw_ok:
             print(f"\n{first_error(raw)}", file=sys.stderr)
@@ -95,7 +95,7 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
               "built. Fix trajectories.jsonl or the plan, then run the same command.", file=sys.stderr)
         return 1
     if not final.success:
-        raise RecipeError(full_disk(final) or first_error(final))
+        raise RecipeError(first_error(final))
     print(pipeline.summary(paths))
     after_summary = compression_summary(recipe, paths)
     for line in after_summary:
