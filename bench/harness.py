@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -49,6 +50,12 @@ class Endpoint:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def require_bwrap(why: str) -> None:
+    """Exit with one line when bubblewrap is missing; `why` says what needs it."""
+    if not shutil.which("bwrap"):
+        sys.exit(f"bubblewrap (bwrap) is needed: {why}")
 
 
 def write_prompts(path: Path, count: int, text: str = "Task {i}: run a shell command") -> Path:

@@ -33,14 +33,13 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import BIN, Endpoint, Measured, batch_env, run_measured, write_prompts  # noqa: E402
+from harness import BIN, Endpoint, Measured, batch_env, require_bwrap, run_measured, write_prompts  # noqa: E402
 from tree_memory import TreePss  # noqa: E402
 
 CALLS_PER_SAMPLE = 2  # one tool round, then the answer
@@ -275,8 +274,7 @@ def main() -> None:
                         "per call (~2.5 min), with the tree's PSS")
     parser.add_argument("--realistic_only", action="store_true", help="only the realistic run")
     args = parser.parse_args()
-    if not shutil.which("bwrap"):
-        sys.exit("bubblewrap (bwrap) is needed: the runs use the local sandbox backend")
+    require_bwrap("the runs use the local sandbox backend")
     report = Report()
     report.say(f"# hermes-foundry throughput, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:

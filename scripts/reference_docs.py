@@ -19,7 +19,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from hermes_assets.cli import batch_parser, foundry_parser
+from hermes_assets.cli import batch_parser
+from hermes_assets.foundry_cli import foundry_parser
 from hermes_assets.runs_file import ENV_KEY, REQUIRED
 from hermes_core.batch.recipe import RUN_NAME, Recipe
 from hermes_core.endpoints.constrained import TOOL_CALL_MODES

@@ -229,7 +229,7 @@ def test_compress_flag_adds_the_compressed_output(isolated_homes, sim_url, capsy
 def test_hermes_foundry_export_writes_every_format(isolated_homes, sim_url):
     from datasets import load_dataset
 
-    from hermes_assets.cli import foundry_main
+    from hermes_assets.foundry_cli import foundry_main
 
     dataset = write_dataset(isolated_homes / "d.jsonl", PROMPTS[:3])
     assert run(isolated_homes, sim_url, dataset) == 0

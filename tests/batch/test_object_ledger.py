@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fsspec.core import url_to_fs
 
-from hermes_assets.cli import foundry_main
+from hermes_assets.foundry_cli import foundry_main
 from hermes_core.config import ledger_location
 from hermes_core.batch.ledger import Ledger
 from hermes_core.batch.ledgers import has_records, open_ledger

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hermes_assets.cli import foundry_main
+from hermes_assets.foundry_cli import foundry_main
 from hermes_core.environments.tokens import IGNORE, trained_spans
 
 pytest.importorskip("atroposlib", reason="the atropos extra (make test installs it)")
