@@ -210,7 +210,7 @@ def run_batch(args: argparse.Namespace) -> int:
     gc.freeze()  # what these imports made, as batch_main does for its own
     # A new run or a changed recipe changes the code location: the UI reloads it while this run works.
     reload = UiReload(recipe.run_name) if saved.read_bytes() != before else None
-    code = run_phases(args, root, recipe, endpoint, dataset.sha256, instance_files)
+    code = run_phases(args, root, recipe, endpoint, dataset, instance_files)
     if reload:
         reload.report()
     return code

@@ -127,6 +127,11 @@ def run_config(verbose: bool, base_url: str, api_key: str | None, max_retries: i
             "resources": {"model_endpoint": {"config": {k: v for k, v in resource.items() if v is not None}}}}
 
 
+def step_ran(result: dg.ExecuteInProcessResult, step_key: str) -> bool:
+    """Whether the run started the step (a failure upstream, e.g. a blocking check's, skips it)."""
+    return any(event.is_step_start and event.step_key == step_key for event in result.all_events)
+
+
 def first_error(result: dg.ExecuteInProcessResult) -> str:
     """The first failed step's error in one line, without Dagster's wrapping exception classes; a
     file that did not fit reads "FILE: No space left on device" (`full_disk`)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from hermes_core.batch import pipeline
@@ -129,16 +130,25 @@ def partition_changes(
         ([dg.DeleteDynamicPartitionsRequest(name, orphans)] if orphans else [])
 
 
+def register_partitions(instance: dg.DagsterInstance, recipe: Recipe, forecast: pipeline.Forecast) -> None:
+    """Register the batches of `forecast` that the instance lacks, so that one run can plan them and
+    run them (hermes-batch); removing orphans is the dataset sensor's."""
+    for change in partition_changes(recipe, forecast, instance):
+        if isinstance(change, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(change.partitions_def_name, change.partition_keys)
+
+
 # Dagster's in-progress statuses leave out a queued run (up to the queue's dequeue interval before it
 # starts): a tick in that second requested the same phase again, and a refresh ran two finalize runs.
 _NOT_FINISHED = [dg.DagsterRunStatus.QUEUED, *IN_PROGRESS_RUN_STATUSES]
 
 
 def _in_flight(instance: dg.DagsterInstance, run: str) -> list[str]:
-    """Ids of runs of this run's jobs (from a sensor, the CLI or the Launchpad) that are queued or going."""
+    """Ids of runs of this run's jobs (from a sensor, the CLI or the Launchpad) that are queued or going,
+    and of the asset job's runs tagged with it (hermes-batch plans and runs batches in one of those)."""
     jobs = (plan_job_name(run), raw_job_name(run), finalize_job_name(run))
     return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=_NOT_FINISHED))
-            if r.job_name in jobs]
+            if r.job_name in jobs or (r.job_name == IMPLICIT_ASSET_JOB_NAME and r.tags.get("hermes/run") == run)]
 
 
 def _unrequested(instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.RunRequest | None:

@@ -131,11 +131,11 @@ class Forecast:
     planned: list[str]  # every batch planned so far, pending or not
 
 
-def forecast(recipe: Recipe, paths: RunPaths) -> Forecast:
-    """`plan` after a planning of the current dataset, without doing it: the batch keys are those
-    `assign_toolsets` will create (same samples, same order, same numbering), so a scheduler can
-    register the partitions and request them together with the planning."""
-    dataset = run_dataset(recipe, paths)
+def forecast(recipe: Recipe, paths: RunPaths, dataset: Dataset | None = None) -> Forecast:
+    """`plan` after a planning of the current dataset (`dataset`, when loaded already), without doing
+    it: the batch keys are those `assign_toolsets` will create (same samples, same order, same
+    numbering), so a scheduler can register the partitions and request them together with the planning."""
+    dataset = dataset or run_dataset(recipe, paths)
     ledger = open_ledger(paths.raw)
     pending = [sample.sample_key for sample in dataset.samples if not ledger.is_done(sample.sample_key)]
     batches = BatchPlan(paths.batches)

@@ -118,4 +118,14 @@ class _Sessions:
                 # sessions: ~1 s at the end of the run).
                 await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
 
-            await asyncio.gather(*(worker(position) for position in positions))
+            sessions = [asyncio.ensure_future(worker(position)) for position in positions]
+            try:
+                await asyncio.gather(*sessions)
+            finally:
+                # One session raising (its record did not fit on the disk) ends the pool: the others are
+                # cancelled, and their samples go unrecorded, before the HTTP session closes. Closed
+                # under them, their requests in flight failed as "Server disconnected" and were recorded
+                # as the endpoint's failures.
+                for session in sessions:
+                    session.cancel()
+                await asyncio.gather(*sessions, return_exceptions=True)

@@ -76,9 +76,11 @@ def test_run_writes_hermes_sharegpt_rows_and_statistics(isolated_homes, sim_url,
     batches = json.loads((run_dir / "batches.json").read_text())["batches"]
     assert instance.get_materialized_partitions(raw_key) == {b["key"] for b in batches}
     assert instance.get_latest_materialization_event(dg.AssetKey(["t1", "statistics"])) is not None
-    # Runs of the code location's own jobs, linked to it as Launchpad runs are (not __ephemeral_asset_job__).
-    runs = instance.get_runs()
-    assert sorted(run.job_name for run in runs) == ["t1__batch_job", "t1__finalize_job", "t1__plan_job"]
+    # Runs of the code location's own jobs, linked to it as Launchpad runs are (not __ephemeral_asset_job__):
+    # the planning and the batches in one run, as "Materialize selected" makes it, then the outputs.
+    runs = instance.get_runs()  # newest first
+    assert [run.job_name for run in runs] == ["t1__finalize_job", "__ASSET_JOB"]
+    assert {key.path[-1] for key in runs[1].asset_selection} == {"prompts", "toolset_assignments", "raw_trajectories"}
     assert {run.remote_job_origin.location_name for run in runs} == {"hermes_assets.definitions"}
 
 

@@ -1,6 +1,7 @@
 """A hermes-batch run in the Dagster UI (issue 18, item 1): with `make dev` running, a new run's group is
-listed without a manual reload, its three phases are runs of the code location's own jobs (not
-`__ephemeral_asset_job__`), and "Re-execute" of its batch run works from the UI's GraphQL API."""
+listed without a manual reload, its runs are runs of the code location's own jobs (not
+`__ephemeral_asset_job__`): the planning and the batches in one run of the asset job, as "Materialize
+selected" makes it, then the finalize job; and "Re-execute" of its batch run works from the UI's GraphQL API."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import dagster as dg
 
 from hermes_assets.cli import batch_main
-from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name
+from hermes_assets.sensors import finalize_job_name
 from batch_runs import prompts, write_dataset
 from dagster_ui import LOCATION, REPOSITORY, SharedDev, graphql
 from procs import free_port
@@ -17,6 +18,7 @@ from procs import free_port
 RUN = """query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { runId pipelineName status
   repositoryOrigin { repositoryLocationName repositoryName } } } }"""
 GROUP = """query($group: AssetGroupSelector!) { assetNodes(group: $group) { assetKey { path } } }"""
+ASSET_JOB = "__ASSET_JOB"  # Dagster's job of every asset of a code location: what "Materialize selected" runs
 REEXECUTE = """mutation($params: ReexecutionParams!) { launchRunReexecution(reexecutionParams: $params) {
   __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on Error { message } } }"""
 
@@ -52,10 +54,10 @@ def test_a_cli_run_shows_in_the_ui_as_runs_of_its_jobs_and_re_executes(isolated_
     listed = {tuple(node["assetKey"]["path"]) for node in graphql(port, GROUP, {"group": group})["assetNodes"]}
     assert {("cli", "prompts"), ("cli", "raw_trajectories"), ("cli", "statistics")} <= listed
 
-    jobs = {plan_job_name("cli"), raw_job_name("cli"), finalize_job_name("cli")}
+    jobs = {ASSET_JOB, finalize_job_name("cli")}
     mine = dg.DagsterInstance.get().get_runs(dg.RunsFilter(tags={"hermes/run": "cli"}))  # newest first
     in_ui = [ui_run(port, run.run_id) for run in mine]
-    assert len(in_ui) == 3  # plan, batch, finalize; the resume had nothing to do and started no run (settled.py)
+    assert len(in_ui) == 2  # plan and batches, finalize; the resume had nothing to do and started no run (settled.py)
     for run in in_ui:
         assert run["pipelineName"] in jobs and run["status"] == "SUCCESS"
         assert run["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
@@ -64,11 +66,11 @@ def test_a_cli_run_shows_in_the_ui_as_runs_of_its_jobs_and_re_executes(isolated_
 
     # "Re-execute" on the batch run: a run of the same job from the code location, nothing left to send.
     requests = sim_server.log.requests
-    params = {"parentRunId": runs[raw_job_name("cli")]["runId"], "strategy": "ALL_STEPS"}
+    params = {"parentRunId": runs[ASSET_JOB]["runId"], "strategy": "ALL_STEPS"}
     launched = graphql(port, REEXECUTE, {"params": params})["launchRunReexecution"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     again = wait_for_ui_run(port, launched["run"]["runId"])
-    assert (again["status"], again["pipelineName"]) == ("SUCCESS", raw_job_name("cli"))
+    assert (again["status"], again["pipelineName"]) == ("SUCCESS", ASSET_JOB)
     assert sim_server.log.requests == requests
 
 

@@ -307,6 +307,27 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
         build_definitions()
 
 
+def test_a_cli_run_going_holds_the_refresh_chain_of_its_run_only(isolated_homes, sim_url):
+    """hermes-batch plans and runs the batches in one run of the asset job, tagged with its run: while
+    it goes, the dataset sensor requests no phase of that run; another run's asset job run holds nothing."""
+    dataset = isolated_homes / "d.jsonl"
+    write_rows(dataset, PROMPTS[:1])
+    assert cli(dataset, sim_url) == 0
+    daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
+    daemon.tick()
+    write_rows(dataset, NEW_ROWS[:1], mode="a")
+    asset_job = daemon.defs.resolve_implicit_global_asset_job_def()
+    going = {name: daemon.instance.create_run_for_job(asset_job, tags={"hermes/run": name},
+                                                      status=dg.DagsterRunStatus.STARTED).run_id
+             for name in ("other", "t1")}
+    requests, skip = daemon.tick()
+    assert requests == [] and f"run(s) {going['t1']} of this refresh are queued or going" in skip
+    assert going["other"] not in skip
+    daemon.instance.report_run_canceled(daemon.instance.get_run_by_id(going["t1"]))
+    (request,), _ = daemon.tick()
+    assert request.job_name == "t1__plan_job"
+
+
 @pytest.mark.parametrize("status", [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTED])
 def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url, status):
     """Queued counts: Dagster's in-progress statuses leave it out, and a tick in the second before a

@@ -35,7 +35,7 @@ def run_count() -> int:
 def test_a_settled_resume_prints_the_same_and_starts_no_run(isolated_homes, sim_server, sim_url, capsys):
     dataset = write_dataset(isolated_homes / "d.jsonl", prompts(3, "settled"))
     assert run(dataset, sim_url) == 0
-    assert run_count() == 3  # plan, batch, finalize
+    assert run_count() == 2  # plan and batches in one, finalize
     capsys.readouterr()
     # What a resume did before: the full path (none saved if the run ended within 2 s of the dataset's write).
     (isolated_homes / "data" / "settled" / "settled.json").unlink(missing_ok=True)
@@ -43,7 +43,7 @@ def test_a_settled_resume_prints_the_same_and_starts_no_run(isolated_homes, sim_
     full = capsys.readouterr()
     assert "nothing to run: every sample already has a final record" in full.err
     runs, requests = run_count(), sim_server.log.requests
-    assert runs == 5  # its plan and finalize runs
+    assert runs == 4  # its plan and finalize runs
 
     assert run(dataset, sim_url) == 0
     settled = capsys.readouterr()
@@ -62,14 +62,14 @@ def test_any_change_takes_the_full_path(isolated_homes, sim_server, sim_url, cap
     with open(dataset, "a") as handle:  # a new row: planned, run and merged as before
         handle.write('{"prompt": "one more"}\n')
     assert run(dataset, sim_url) == 0
-    assert run_count() == runs + 3 and "running 1 sample(s)" in capsys.readouterr().err
+    assert run_count() == runs + 2 and "running 1 sample(s)" in capsys.readouterr().err
     assert run(dataset, sim_url) == 0
-    assert run_count() == runs + 3  # settled again
+    assert run_count() == runs + 2  # settled again
 
     trajectories = isolated_homes / "data" / "settled" / "trajectories.jsonl"
     trajectories.write_text("")  # an output changed behind the run's back: rebuilt by the finalize run
     assert run(dataset, sim_url) == 0
-    assert run_count() == runs + 5 and len(trajectories.read_text().splitlines()) == 3
+    assert run_count() == runs + 4 and len(trajectories.read_text().splitlines()) == 3
 
 
 def test_a_plan_only_again_prints_its_plan_without_a_run_and_a_run_still_runs(
@@ -90,9 +90,9 @@ def test_a_plan_only_again_prints_its_plan_without_a_run_and_a_run_still_runs(
     assert "#9" in prompts_table and "#0" not in prompts_table
 
     assert run(dataset, sim_url) == 0  # a plan's state does not cover a run
-    assert run_count() == 5 and sim_server.log.requests and "running 3 sample(s)" in capsys.readouterr().err
+    assert run_count() == 4 and sim_server.log.requests and "running 3 sample(s)" in capsys.readouterr().err
     assert run(dataset, sim_url, "--plan_only") == 0  # a settled run covers its plan
-    assert capsys.readouterr().out.startswith("plan: 3 samples, 0 without a final record") and run_count() == 5
+    assert capsys.readouterr().out.startswith("plan: 3 samples, 0 without a final record") and run_count() == 4
 
 
 def test_a_dataset_changed_within_the_racy_window_is_not_vouched_for(isolated_homes, sim_server, sim_url,
@@ -103,7 +103,7 @@ def test_a_dataset_changed_within_the_racy_window_is_not_vouched_for(isolated_ho
         assert run(dataset, sim_url, "--plan_only") == 0
         assert run_count() == runs
     assert run(dataset, sim_url) == 0 and run(dataset, sim_url) == 0
-    assert run_count() == 2 + 3 + 2  # each full (the second plans and finalizes): a second edit within
+    assert run_count() == 2 + 2 + 2  # each full (the second plans and finalizes): a second edit within
     # the tick could hide in a saved state
     assert not (isolated_homes / "data" / "settled" / "settled.json").exists()
 
@@ -117,7 +117,7 @@ def test_an_instance_named_through_the_environment_is_part_of_the_state(isolated
     monkeypatch.setenv("HERMES_TEST_STORAGE", str(isolated_homes / "storage-a"))
     dataset = write_dataset(isolated_homes / "d.jsonl", prompts(2, "elsewhere"))
     assert run(dataset, sim_url) == 0 and run(dataset, sim_url) == 0
-    assert run_count() == 3  # the second was settled
+    assert run_count() == 2  # the second was settled
     monkeypatch.setenv("HERMES_TEST_STORAGE", str(isolated_homes / "storage-b-secret"))
     assert run(dataset, sim_url, "--plan_only") == 0
     assert run_count() == 1  # planned in the new instance (its batches are registered there)

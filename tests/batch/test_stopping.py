@@ -4,17 +4,20 @@ re-sending or re-counting anything."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
 
 from hermes_assets.cli import batch_main
+from hermes_core.batch import runner
 from hermes_core.config import data_root
 from hermes_core.batch.ledger import Ledger
 from hermes_core.endpoints.simulated import SimulatedModelServer
@@ -53,7 +56,7 @@ def test_sigint_finishes_in_flight_samples_and_a_resume_sends_nothing_twice(isol
         assert "finishing the samples in flight" in err and "stopped early: interrupted by SIGINT" in err
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
         # In the UI the run succeeded (what it finished is saved) and says why it stopped early.
-        [batch_run] = dg.DagsterInstance.get().get_runs(dg.RunsFilter(job_name="s1__batch_job"))
+        [batch_run] = dg.DagsterInstance.get().get_runs(dg.RunsFilter(job_name="__ASSET_JOB"))  # plan and batches
         assert batch_run.status == dg.DagsterRunStatus.SUCCESS
         assert batch_run.tags["hermes/stopped"] == "interrupted by SIGINT"
         finished = set(ledger().latest)
@@ -108,3 +111,39 @@ def test_a_sample_budget_ends_that_sample_only(isolated_homes, sim_url, tmp_path
     stopped = [r for r in ledger().latest.values() if r["stopped"]]
     assert len(stopped) == 1 and len(ledger().latest) == 2  # only the long sample hit its budget
     assert stopped[0]["stopped"].startswith("sample budget reached") and stopped[0]["api_calls"] < 5
+
+
+def test_a_record_that_cannot_be_written_ends_the_pool_before_its_http_session_closes(monkeypatch):
+    """A record that cannot be written (a full disk) ends the pool: the other sessions are cancelled
+    while the HTTP session is still open, and none of their samples is handed on as a record. Closed
+    under them, their requests in flight failed as "Server disconnected", and those failures, smaller than
+    a trajectory, fitted and were recorded as the endpoint's."""
+    cancelled_with_http_closed: dict[int, bool] = {}
+
+    async def session(_pool, job, http) -> dict:
+        if job.number == 0:
+            await asyncio.sleep(0.2)  # the others are waiting on the model by then
+            return {"sample": 0}
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled_with_http_closed[job.number] = http.closed
+            raise
+        return {"sample": job.number}
+
+    monkeypatch.setattr(runner._Sessions, "session", session)
+    pool = object.__new__(runner._Sessions)  # what serve uses of one, without a recipe or a sandbox
+    pool.jobs = [SimpleNamespace(number=n, toolsets=[]) for n in range(4)]
+    pool.endpoint, pool.backend = SimpleNamespace(request_timeout_s=5.0), SimpleNamespace(close=lambda: None)
+    waiting, handed_on = list(range(4)), []
+
+    async def next_index(_position: int) -> int | None:
+        return waiting.pop(0) if waiting else None
+
+    def on_done(index: int, record: dict) -> None:
+        handed_on.append(index)
+        raise OSError(28, "No space left on device", "raw/b00001.jsonl")
+
+    with pytest.raises(OSError, match="No space left"):
+        asyncio.run(pool.serve([0, 1, 2, 3], next_index, on_done))
+    assert handed_on == [0] and cancelled_with_http_closed == {1: False, 2: False, 3: False}
