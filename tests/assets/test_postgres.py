@@ -35,7 +35,7 @@ def test_a_batch_run_and_its_resume_with_the_instance_on_postgres_and_the_ledger
     instance = dg.DagsterInstance.get()
     assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     runs = instance.get_runs()
-    assert len(runs) == 6 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)  # plan, samples, outputs x 2
+    assert len(runs) == 4 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)  # plan and samples, outputs x 2
     ledger = ObjectLedger(f"{s3_ledger}/pg")
     assert len(ledger.latest) == 7 and sum(ledger.records_per_partition.values()) == 7  # nothing ran twice
     assert not (data_root() / "pg" / "raw").exists()
