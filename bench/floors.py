@@ -8,7 +8,7 @@ remaining time goes"). A target below its floor cannot be met here by changing t
   imports Dagster, loads an instance from this project's `dagster.yaml` and materializes one trivial
   asset in process; the floor is when that asset's body runs. A batch command's samples run inside a
   Dagster run (the model pool's limit, blocking checks, lineage), so its first request comes after at
-  least this (it makes two runs first: the plan, then the samples).
+  least this (the run plans first, then samples).
 - **CPU per sample at 64 × 2,000** (target ≤ 0.008 CPU-s, the command's whole tree): per sample, the
   simulated model's command (`echo … && ls -la` by bash) as the first process of a new mount and pid
   namespace (what isolating a sample costs at the least) and two chat
@@ -235,7 +235,7 @@ def measure(report: Report, workdir: Path, repeat: int) -> None:
         report.say(f"-- bare Dagster process: import {one['import']:.2f} s, instance {one['instance']:.2f} s, "
                    f"a run of one trivial asset {run_wall:.2f} s; three runs {three_cpu:.2f} CPU-s in all")
         bound(report, "start-up floor: the asset's body runs (s)", one["first_body"], ".2f", 1.5, False,
-              "one Dagster run; a batch command makes two before its first request")
+              "one Dagster run; a batch command's samples start in one, after its planning steps")
         costs = {mode: statistics.median(command_cpu(300, mode) for _ in range(repeat))
                  for mode in ("spawn", "fork", "isolated")}
         isolating = max(0.0, costs["isolated"] - costs["fork"])
