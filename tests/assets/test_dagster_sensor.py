@@ -307,15 +307,21 @@ def test_sensors_default_status_and_configurable_interval(isolated_homes, sim_ur
         build_definitions()
 
 
-def test_a_cli_run_going_holds_the_refresh_chain_of_its_run_only(isolated_homes, sim_url):
-    """hermes-batch plans and runs the batches in one run of the asset job, tagged with its run: while
-    it goes, the dataset sensor requests no phase of that run; another run's asset job run holds nothing."""
+def one_row_appended(isolated_homes: Path, sim_url: str) -> Daemon:
+    """A run the CLI finished, its sensor ticked once, then a row appended: the daemon before its next tick."""
     dataset = isolated_homes / "d.jsonl"
     write_rows(dataset, PROMPTS[:1])
     assert cli(dataset, sim_url) == 0
     daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
     daemon.tick()
     write_rows(dataset, NEW_ROWS[:1], mode="a")
+    return daemon
+
+
+def test_a_cli_run_going_holds_the_refresh_chain_of_its_run_only(isolated_homes, sim_url):
+    """hermes-batch plans and runs the batches in one run of the asset job, tagged with its run: while
+    it goes, the dataset sensor requests no phase of that run; another run's asset job run holds nothing."""
+    daemon = one_row_appended(isolated_homes, sim_url)
     asset_job = daemon.defs.resolve_implicit_global_asset_job_def()
     going = {name: daemon.instance.create_run_for_job(asset_job, tags={"hermes/run": name},
                                                       status=dg.DagsterRunStatus.STARTED).run_id
@@ -332,12 +338,7 @@ def test_a_cli_run_going_holds_the_refresh_chain_of_its_run_only(isolated_homes,
 def test_a_batch_in_flight_is_not_requested_again(isolated_homes, sim_url, status):
     """Queued counts: Dagster's in-progress statuses leave it out, and a tick in the second before a
     queued run started requested the same phase again (a refresh in the UI ran two finalize runs)."""
-    dataset = isolated_homes / "d.jsonl"
-    write_rows(dataset, PROMPTS[:1])
-    assert cli(dataset, sim_url) == 0
-    daemon = Daemon(build_definitions(), dg.DagsterInstance.get())
-    daemon.tick()
-    write_rows(dataset, NEW_ROWS[:1], mode="a")
+    daemon = one_row_appended(isolated_homes, sim_url)
     assert daemon.execute(daemon.tick()[0][0]).success
     (request,), _ = daemon.tick()
     tags = {"dagster/partition": batch_range(request)[0]}  # the Launchpad's
