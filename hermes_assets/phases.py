@@ -26,7 +26,7 @@ from hermes_assets.definitions import build_definitions
 from hermes_assets.instance import get_instance
 from hermes_assets.launch import execute_job, first_error, full_disk, run_config, step_ran
 from hermes_assets.resources import MODEL_POOL
-from hermes_assets.sensors import finalize_job_name, plan_job_name, register_partitions
+from hermes_assets.sensors import finalize_job_name, plan_job_name, raw_job_name, register_partitions
 from hermes_assets.slots import wait_for_slot
 from hermes_assets.versions import run_tags
 
@@ -43,12 +43,15 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
     gc.freeze()  # the instance's imports, kept for the command's life like the others (cli._tuned_gc)
     hermes_tags = run_tags(recipe, dataset.sha256)  # the Runs page filters on these
 
+    def assets_of(job_name: str) -> set[dg.AssetKey]:
+        return set(defs.resolve_job_def(job_name).asset_layer.selected_asset_keys)
+
     def phase(job_name: str | None, ops: dict | None = None, tags: dict[str, str] | None = None,
-              skip: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
-        """A run of the job (None: the asset job, of the `only` assets, as "Materialize selected" runs them)."""
+              skip: tuple[str, ...] = (), assets: set[dg.AssetKey] | None = None) -> dg.ExecuteInProcessResult:
+        """A run of the job, or (None) of the asset job over `assets`, as "Materialize selected" runs them."""
         job = defs.resolve_job_def(job_name) if job_name else defs.resolve_implicit_global_asset_job_def()
         keys = job.asset_layer.selected_asset_keys
-        kept = {key for key in keys if key.path[-1] not in skip and (not only or key.path[-1] in only)}
+        kept = assets if assets is not None else {key for key in keys if key.path[-1] not in skip}
         return execute_job(instance, job, {**config, **({"ops": ops} if ops else {})}, {**hermes_tags, **(tags or {})},
                            assets=kept if kept != keys else None)
 
@@ -77,11 +80,12 @@ def run_phases(args: argparse.Namespace, root: Path, recipe: Recipe, endpoint: E
         # The planning and the samples in one run: a run of its own for the planning cost ~0.3 s of
         # every command's start-up. A planning step that fails still stops the samples (Dagster skips
         # the steps after it), so nothing is sent.
-        raw = phase(None, only=("prompts", "toolset_assignments", "raw_trajectories"),
-                    ops={f"{run}__raw_trajectories": {"config": {"show_progress": True, "verbose": args.verbose}}},
+        raw_step = f"{run}__raw_trajectories"
+        raw = phase(None, assets=assets_of(plan_job_name(run)) | assets_of(raw_job_name(run)),
+                    ops={raw_step: {"config": {"show_progress": True, "verbose": args.verbose}}},
                     tags={"dagster/asset_partition_range_start": pending[0],
                           "dagster/asset_partition_range_end": pending[-1]})
-        if not raw.success and not step_ran(raw, f"{run}__raw_trajectories"):
+        if not raw.success and not step_ran(raw, raw_step):
             raise RecipeError(first_error(raw))  # the planning failed
         raw_ok = raw.success
         if not raw_ok and full_disk(raw):

@@ -119,8 +119,7 @@ def partition_changes(
     are neither (their rows changed before planning) and were never materialized."""
     name = batches_partitions(recipe.run_name).name
     registered = instance.get_dynamic_partitions(name)
-    known = set(registered)
-    missing = [key for key in forecast.partitions if key not in known]
+    missing = _unregistered(forecast, registered)
     wanted = set(forecast.planned) | set(forecast.partitions)
     orphans = [key for key in registered if key not in wanted]
     if orphans:
@@ -133,9 +132,14 @@ def partition_changes(
 def register_partitions(instance: dg.DagsterInstance, recipe: Recipe, forecast: pipeline.Forecast) -> None:
     """Register the batches of `forecast` that the instance lacks, so that one run can plan them and
     run them (hermes-batch); removing orphans is the dataset sensor's."""
-    for change in partition_changes(recipe, forecast, instance):
-        if isinstance(change, dg.AddDynamicPartitionsRequest):
-            instance.add_dynamic_partitions(change.partitions_def_name, change.partition_keys)
+    name = batches_partitions(recipe.run_name).name
+    if missing := _unregistered(forecast, instance.get_dynamic_partitions(name)):
+        instance.add_dynamic_partitions(name, missing)
+
+
+def _unregistered(forecast: pipeline.Forecast, registered: list[str]) -> list[str]:
+    known = set(registered)
+    return [key for key in forecast.partitions if key not in known]
 
 
 # Dagster's in-progress statuses leave out a queued run (up to the queue's dequeue interval before it
