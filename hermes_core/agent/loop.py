@@ -94,6 +94,7 @@ class AIAgent:
         prepare_sandbox: bool = True,  # open the sandbox while the first reply is written (False: at the first tool call)
         max_parallel_tools: int | None = None,  # tool calls running at once (None: a whole read-only group)
         model_call: Callable[[dict[str, Any]], Awaitable[Completion]] | None = None,  # instead of the endpoint's
+        close_sandbox: Callable[[Sandbox], None] | None = None,  # takes the sandbox at the end, to close it
     ):
         cap = {} if max_concurrent_requests is None else {"max_concurrent_requests": max_concurrent_requests}
         self.endpoint = Endpoint.resolve(
@@ -120,6 +121,9 @@ class AIAgent:
         self._backend_given = self._backend is not None
         self._backend_name = sandbox_backend if isinstance(sandbox_backend, str) else None
         self.prepare_sandbox = prepare_sandbox
+        # Given, the conversation hands its sandbox over instead of closing it (the batch runner closes it
+        # while the record is written): the caller must close it.
+        self.close_sandbox = close_sandbox
         self.max_parallel_tools = max_parallel_tools
         # Token-level RL rollouts answer through atroposlib's managed server instead (environments/atropos_env.py).
         self.model_call = model_call

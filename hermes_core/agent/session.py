@@ -96,7 +96,9 @@ class Session:
                 sandbox = await _opened(opening)
             except SandboxError:
                 pass  # no tool needed it: not a failure of this sample
-        if sandbox is not None:
+        if sandbox is not None and self.agent.close_sandbox is not None and not self._threads:
+            self.agent.close_sandbox(sandbox)  # its caller closes it (no tool thread is left to stop)
+        elif sandbox is not None:
             await asyncio.to_thread(sandbox.close)
         await self._settle(sandbox)
         if self.agent._backend is not None and not self.agent._backend_given:

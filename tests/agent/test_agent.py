@@ -269,6 +269,18 @@ def test_a_sandbox_no_tool_needed_is_closed_and_not_counted(sim_url):
     assert [name for name, _ in events] == ["open", "start", "close"]  # opened at the tool call
 
 
+def test_a_conversation_given_close_sandbox_hands_its_sandbox_over_open(sim_url):
+    """`close_sandbox` takes the conversation's sandbox instead of a close before the result (the batch
+    runner closes it while the record is written); it is still usable when handed over."""
+    events: list[tuple[str, float]] = []
+    handed = []
+    agent = make_agent(sim_url, sandbox_backend=timed_backend(events), close_sandbox=handed.append)
+    assert agent.run_conversation("Run ls")["completed"] and [name for name, _ in events] == ["open", "start"]
+    assert len(handed) == 1 and handed[0].exec("echo still-open").output.strip() == "still-open"
+    handed[0].close()
+    assert [name for name, _ in events] == ["open", "start", "close"]
+
+
 def test_a_sandbox_that_cannot_open_fails_only_samples_that_need_it(sim_url):
     events: list[tuple[str, float]] = []
     broken = timed_backend(events, open_error="no room for a sandbox")

@@ -120,7 +120,7 @@ def test_a_record_that_cannot_be_written_ends_the_pool_before_its_http_session_c
     a trajectory, fitted and were recorded as the endpoint's."""
     cancelled_with_http_closed: dict[int, bool] = {}
 
-    async def session(_pool, job, http) -> dict:
+    async def session(_pool, job, http, _sandboxes) -> dict:
         if job.number == 0:
             await asyncio.sleep(0.2)  # the others are waiting on the model by then
             return {"sample": 0}
