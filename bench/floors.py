@@ -11,7 +11,10 @@ remaining time goes"). A target below its floor cannot be met here by changing t
   least this (the run plans first, then samples).
 - **CPU per sample at 64 × 2,000** (target ≤ 0.008 CPU-s, the command's whole tree): per sample, the
   simulated model's command (`echo … && ls -la` by bash) as the first process of a new mount and pid
-  namespace (what isolating a sample costs at the least) and two chat
+  namespace (what isolating a sample costs at the least), at the run's pace (16 spawners at once,
+  each one command per second, a session's pace: on some virtual machines, this one among them,
+  memory freed a while ago is dear to touch again, so back-to-back commands, printed beside, cost
+  less than the run's), and two chat
   completions of an agent's size over aiohttp alone (no agent, no records); plus the fixed part over
   2,000 samples: the bare Dagster process making three runs (plan, samples, outputs) and HF `datasets`
   loading 2,000 of this project's records (the blocking `loads_with_hf_datasets` check). Left out,
@@ -50,6 +53,7 @@ from hermes_core.agent.loop import AIAgent  # noqa: E402
 PROJECT_YAML = Path(__file__).resolve().parent.parent / "hermes_assets" / "default_dagster.yaml"
 SESSIONS, SAMPLES, LATENCY = 64, 2000, 0.5
 ROUNDS = -(-SAMPLES // SESSIONS)  # 32: the ideal wall is ROUNDS × 2 calls × LATENCY
+PACED = 16  # interpreters spawning commands at once, each at a session's pace: one per sample (2 × LATENCY)
 COMMAND = "echo 'hello from hermes-sim' && ls -la"  # what the simulated model asks for in bench/throughput.py
 # A bare Dagster process: t0 (epoch seconds, just before it was started) in argv[1], runs in argv[2].
 BARE_DAGSTER = """
@@ -73,13 +77,15 @@ for _ in range(runs):
 print(json.dumps({"import": imported - t0, "instance": loaded - imported, "first_body": bodies[0] - t0,
                   "run_walls": walls}))
 """
-# Commands spawned by a bare interpreter: argv t0, count, mode, command, empty folder. Mode "spawn":
+# Commands spawned by a bare interpreter: argv t0, count, mode, command, empty folder, pause. Mode "spawn":
 # posix_spawn from here; "fork": from a forked child; "isolated": from a forked child that first
 # unshares a mount and a pid namespace (the command is their pid 1; needs root). Isolating costs
 # "isolated" minus "fork": the fork itself is the interpreter's, which a sandbox's small pid 1 is not.
+# `pause` seconds pass before each command.
 COMMANDS = """
-import ctypes, json, os, resource, sys
+import ctypes, json, os, resource, sys, time
 count, mode, command, folder = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+pause = float(sys.argv[6])
 libc = ctypes.CDLL(None, use_errno=True)
 actions = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0), (os.POSIX_SPAWN_DUP2, 1, 2)]
 os.chdir(folder)
@@ -89,6 +95,7 @@ def run():
     return os.waitstatus_to_exitcode(os.waitpid(spawned, 0)[1])
 
 for _ in range(count):
+    time.sleep(pause)
     if mode == "spawn":
         status = run()
     else:
@@ -157,11 +164,17 @@ def _median(results: list[tuple[dict, float]], key: str) -> tuple[dict, float]:
     return ordered[len(ordered) // 2]
 
 
-def command_cpu(count: int, mode: str) -> float:
-    """CPU seconds per `COMMAND` run by bash in an empty folder, output discarded (`COMMANDS`, `mode`)."""
+def command_cpu(count: int, mode: str, pause: float = 0.0, parallel: int = 1) -> float:
+    """CPU seconds per `COMMAND` run by bash in an empty folder, output discarded (`COMMANDS`, `mode`):
+    `count` by each of `parallel` interpreters at once, `pause` seconds apart."""
     with tempfile.TemporaryDirectory(prefix="hermes-floor-") as empty:
-        answer, _ = python_child(COMMANDS, str(count), mode, COMMAND, empty)
-    return answer["cpu"] / count
+        argv = [sys.executable, "-c", COMMANDS, str(time.time()), str(count), mode, COMMAND, empty, str(pause)]
+        children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for _ in range(parallel)]
+        answers = [child.communicate() + (child.returncode,) for child in children]
+    if failed := [err for _, err, code in answers if code]:
+        raise RuntimeError(f"a floor's process failed:\n{failed[0][-2000:]}")
+    return sum(json.loads(out.splitlines()[-1])["cpu"] for out, _, _ in answers) / (count * parallel)
 
 
 def http_cpu(endpoint: Endpoint, sessions: int, samples: int) -> float:
@@ -236,14 +249,21 @@ def measure(report: Report, workdir: Path, repeat: int) -> None:
                    f"a run of one trivial asset {run_wall:.2f} s; three runs {three_cpu:.2f} CPU-s in all")
         bound(report, "start-up floor: the asset's body runs (s)", one["first_body"], ".2f", 1.5, False,
               "one Dagster run; a batch command's samples start in one, after its planning steps")
-        costs = {mode: statistics.median(command_cpu(300, mode) for _ in range(repeat))
+        # Back to back, a command reuses the memory the one before has just freed. In a run each session's
+        # command comes once per sample, and some virtual machines (this one: the kernel's page reporting
+        # hands free memory to the host at once) make memory freed that long ago dear to touch again. The
+        # floor is the cost at the run's pace.
+        back_to_back = statistics.median(command_cpu(300, "isolated") for _ in range(repeat))
+        costs = {mode: statistics.median(command_cpu(8, mode, 2 * LATENCY, PACED) for _ in range(repeat))
                  for mode in ("spawn", "fork", "isolated")}
         isolating = max(0.0, costs["isolated"] - costs["fork"])
         http = statistics.median(http_cpu(endpoint, SESSIONS, 4 * SESSIONS) for _ in range(repeat))
         path = records_file(workdir, endpoint, SAMPLES)
         load, load_cpu = _median([python_child(HF_LOAD, str(path)) for _ in range(repeat)], "wall")
         report.say(f"-- per sample: the command {costs['spawn'] * 1000:.2f} ms and a new mount and pid namespace "
-                   f"for it {isolating * 1000:.2f} ms, two chat completions over aiohttp {http * 1000:.2f} ms; HF "
+                   f"for it {isolating * 1000:.2f} ms at the run's pace ({PACED} spawners at once, one each per "
+                   f"{2 * LATENCY:g} s; the isolated command {costs['isolated'] * 1000:.2f} ms, back to back "
+                   f"{back_to_back * 1000:.2f} ms), two chat completions over aiohttp {http * 1000:.2f} ms; HF "
                    f"datasets importing and loading {load['rows']:,} records ({path.stat().st_size / 2**20:.0f} MiB) "
                    f"{load['wall']:.2f} s ({load['load']:.2f} s of it the load), {load_cpu:.2f} CPU-s")
         fixed = (three_cpu + load_cpu) / SAMPLES
