@@ -11,14 +11,14 @@ remaining time goes"). A target below its floor cannot be met here by changing t
   least this (the run plans first, then samples).
 - **CPU per sample at 64 × 2,000** (target ≤ 0.008 CPU-s, the command's whole tree): per sample, the
   simulated model's command (`echo … && ls -la` by bash) as the first process of a new mount and pid
-  namespace (what isolating a sample costs at the least), at the run's pace (16 spawners at once,
-  each one command per second, a session's pace: on some virtual machines, this one among them,
-  memory freed a while ago is dear to touch again, so back-to-back commands, printed beside, cost
-  less than the run's), and two chat
-  completions of an agent's size over aiohttp alone (no agent, no records); plus the fixed part over
-  2,000 samples: the bare Dagster process making three runs (plan, samples, outputs) and HF `datasets`
-  loading 2,000 of this project's records (the blocking `loads_with_hf_datasets` check). Left out,
-  so the floor is lower than the truth: the sandbox, the ledger's fsyncs, the agent loop.
+  namespace (what isolating a sample costs at the least), at a run's pace: 16 spawners at once, each
+  one command per second, as a session's samples come. On some virtual machines, this one among them,
+  memory freed a while ago is dear to touch again, so back-to-back commands (printed beside) cost
+  less than a run's. Then two chat completions of an agent's size over aiohttp alone (no agent, no
+  records); plus the fixed part over 2,000 samples: the bare Dagster process making two runs (the
+  planning with the samples, then the outputs) and HF `datasets` loading 2,000 of this project's
+  records (the blocking `loads_with_hf_datasets` check). Left out, so the floor is lower than the
+  truth: the sandbox, the ledger's fsyncs, the agent loop.
 - **Efficiency at 64 × 2,000, 0.5 s per call** (target ≥ 0.90): the ideal 32 s over the least wall any
   command could take: the start-up floor, 32 rounds of two calls, then one more Dagster run and the
   HF load (`datasets` imported ahead, as the run's loader process does).
@@ -243,10 +243,10 @@ def measure(report: Report, workdir: Path, repeat: int) -> None:
     endpoint = Endpoint(LATENCY, workdir)  # calls as far apart as in the run they bound
     try:
         one, _ = dagster_floor(workdir, 1, repeat)
-        three, three_cpu = dagster_floor(workdir, 3, repeat)
-        run_wall = statistics.median(three["run_walls"])
+        two, two_cpu = dagster_floor(workdir, 2, repeat)
+        run_wall = statistics.median(two["run_walls"])
         report.say(f"-- bare Dagster process: import {one['import']:.2f} s, instance {one['instance']:.2f} s, "
-                   f"a run of one trivial asset {run_wall:.2f} s; three runs {three_cpu:.2f} CPU-s in all")
+                   f"a run of one trivial asset {run_wall:.2f} s; two runs {two_cpu:.2f} CPU-s in all")
         bound(report, "start-up floor: the asset's body runs (s)", one["first_body"], ".2f", 1.5, False,
               "one Dagster run; a batch command's samples start in one, after its planning steps")
         # Back to back, a command reuses the memory the one before has just freed. In a run each session's
@@ -266,7 +266,7 @@ def measure(report: Report, workdir: Path, repeat: int) -> None:
                    f"{back_to_back * 1000:.2f} ms), two chat completions over aiohttp {http * 1000:.2f} ms; HF "
                    f"datasets importing and loading {load['rows']:,} records ({path.stat().st_size / 2**20:.0f} MiB) "
                    f"{load['wall']:.2f} s ({load['load']:.2f} s of it the load), {load_cpu:.2f} CPU-s")
-        fixed = (three_cpu + load_cpu) / SAMPLES
+        fixed = (two_cpu + load_cpu) / SAMPLES
         floor = costs["spawn"] + isolating + http + fixed
         bound(report, "CPU s/sample floor (64 × 2,000)", floor, ".4f", 0.008, False,
               f"fixed part {fixed * 1000:.2f} ms of it; {max(0.0, 0.008 - floor) * 1000:.2f} ms per sample left "

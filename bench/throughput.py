@@ -126,12 +126,12 @@ def small_run(report: Report, workdir: Path, endpoint: Endpoint, latency: float,
     sent = endpoint.log()["requests"] - before
     report.figure("resume with nothing to do (s)", resume.wall, ".2f", 2.0, False,
                   f"{sent} requests sent, {resume.cpu:.1f} CPU-s (a settled run: no Dagster run)")
-    # A run's CPU is a fixed part (imports, the Dagster instance and its three runs, checks: what a
+    # A run's CPU is a fixed part (imports, the Dagster instance and its two runs, checks: what a
     # resume taking the full path costs) plus a part per sample; 200 samples do not amortize the
     # fixed part (the all-in target is at 2,000).
     (Path(f["env"]["HERMES_DATA_DIR"]) / f["run_name"] / "settled.json").unlink()
     full = run_measured(argv, f["env"])
-    report.say(f"   resume through Dagster's three runs (settled.json removed): {full.wall:.2f} s, "
+    report.say(f"   resume through Dagster's two runs (settled.json removed): {full.wall:.2f} s, "
                f"{full.cpu:.1f} CPU-s: the fixed part of a command")
     report.say(f"   orchestrator CPU s/sample (4 × 200), all in: {f['cpu_per_sample']:.4f}")
     report.figure("CPU s/sample beyond the fixed part (4 × 200)", (measured.cpu - full.cpu) / 200, ".4f", 0.01,
