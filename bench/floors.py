@@ -138,14 +138,24 @@ def child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def python_children(script: str, *args: str, env: dict[str, str] | None = None,
+                    count: int = 1) -> tuple[list[dict], float]:
+    """Run `script` in `count` fresh interpreters of this venv at once; their JSON answers and their
+    CPU seconds together."""
+    before = child_cpu()
+    argv = [sys.executable, "-c", script, str(time.time()), *args]
+    children = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(count)]
+    done = [(*child.communicate(), child.returncode) for child in children]
+    if failed := [err for _, err, code in done if code]:
+        raise RuntimeError(f"a floor's process failed:\n{failed[0][-2000:]}")
+    return [json.loads(out.splitlines()[-1]) for out, _, _ in done], child_cpu() - before
+
+
 def python_child(script: str, *args: str, env: dict[str, str] | None = None) -> tuple[dict, float]:
     """Run `script` in a fresh interpreter of this venv; its JSON answer and its CPU seconds."""
-    before = child_cpu()
-    done = subprocess.run([sys.executable, "-c", script, str(time.time()), *args], env=env, capture_output=True,
-                          text=True, check=False)
-    if done.returncode:
-        raise RuntimeError(f"a floor's process failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.splitlines()[-1]), child_cpu() - before
+    answers, cpu = python_children(script, *args, env=env)
+    return answers[0], cpu
 
 
 def dagster_floor(workdir: Path, runs: int, repeat: int) -> tuple[dict, float]:
@@ -168,13 +178,8 @@ def command_cpu(count: int, mode: str, pause: float = 0.0, parallel: int = 1) ->
     """CPU seconds per `COMMAND` run by bash in an empty folder, output discarded (`COMMANDS`, `mode`):
     `count` by each of `parallel` interpreters at once, `pause` seconds apart."""
     with tempfile.TemporaryDirectory(prefix="hermes-floor-") as empty:
-        argv = [sys.executable, "-c", COMMANDS, str(time.time()), str(count), mode, COMMAND, empty, str(pause)]
-        children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    for _ in range(parallel)]
-        answers = [child.communicate() + (child.returncode,) for child in children]
-    if failed := [err for _, err, code in answers if code]:
-        raise RuntimeError(f"a floor's process failed:\n{failed[0][-2000:]}")
-    return sum(json.loads(out.splitlines()[-1])["cpu"] for out, _, _ in answers) / (count * parallel)
+        answers, _ = python_children(COMMANDS, str(count), mode, COMMAND, empty, str(pause), count=parallel)
+    return sum(answer["cpu"] for answer in answers) / (count * parallel)
 
 
 def http_cpu(endpoint: Endpoint, sessions: int, samples: int) -> float:
